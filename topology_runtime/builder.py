@@ -1,0 +1,191 @@
+"""TopologyBuilder: declare spouts, bolts and groupings; ``create_topology`` validates."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from .components import (
+    DEFAULT_STREAM,
+    BasicBolt,
+    Bolt,
+    Spout,
+    Stream,
+    declared_streams,
+)
+
+SHUFFLE, FIELDS, GLOBAL, ALL, DIRECT, LOCAL_OR_SHUFFLE, NONE = (
+    "shuffle", "fields", "global", "all", "direct", "local_or_shuffle", "none",
+)
+GROUPINGS = (SHUFFLE, FIELDS, GLOBAL, ALL, DIRECT, LOCAL_OR_SHUFFLE, NONE)
+RESERVED_PREFIXES = ("__", "$")
+
+
+class TopologyError(ValueError):
+    """The topology is invalid; the message names the component and what is wrong."""
+
+
+@dataclass(frozen=True)
+class Grouping:
+    source: str
+    stream: str
+    kind: str
+    fields: tuple[str, ...] = ()
+
+
+@dataclass
+class ComponentSpec:
+    id: str
+    template: Any
+    parallelism: int
+    is_spout: bool
+    inputs: list[Grouping] = field(default_factory=list)
+    streams: dict[str, Stream] = field(default_factory=dict)
+    conf: dict[str, Any] = field(default_factory=dict)
+
+    def new_instance(self) -> Any:
+        # Templates are copied per task so tasks never share mutable state.
+        return copy.deepcopy(self.template)
+
+
+@dataclass
+class Topology:
+    """A validated topology: components in declaration order."""
+
+    components: dict[str, ComponentSpec]
+
+    @property
+    def spouts(self) -> list[ComponentSpec]:
+        return [c for c in self.components.values() if c.is_spout]
+
+    @property
+    def bolts(self) -> list[ComponentSpec]:
+        return [c for c in self.components.values() if not c.is_spout]
+
+
+class InputDeclarer:
+    """Returned by ``set_bolt``; grouping methods chain."""
+
+    def __init__(self, spec: ComponentSpec) -> None:
+        self._spec = spec
+
+    def _add(self, kind: str, component: str, stream: str, fields: Sequence[str] = ()) -> "InputDeclarer":
+        if not isinstance(component, str):
+            raise TopologyError(f"bolt {self._spec.id!r}: {kind} grouping needs a component id, got {component!r}")
+        if isinstance(fields, str):
+            fields = [fields]
+        self._spec.inputs.append(Grouping(component, stream, kind, tuple(fields)))
+        return self
+
+    def shuffle_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> "InputDeclarer":
+        return self._add(SHUFFLE, component, stream)
+
+    def fields_grouping(self, component: str, fields: Sequence[str], stream: str = DEFAULT_STREAM) -> "InputDeclarer":
+        return self._add(FIELDS, component, stream, fields)
+
+    def global_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> "InputDeclarer":
+        return self._add(GLOBAL, component, stream)
+
+    def all_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> "InputDeclarer":
+        return self._add(ALL, component, stream)
+
+    def direct_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> "InputDeclarer":
+        return self._add(DIRECT, component, stream)
+
+    def local_or_shuffle_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> "InputDeclarer":
+        return self._add(LOCAL_OR_SHUFFLE, component, stream)
+
+    def none_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> "InputDeclarer":
+        return self._add(NONE, component, stream)
+
+    def add_configuration(self, key: str, value: Any) -> "InputDeclarer":
+        """Per-component config (e.g. ``topology.tick.tuple.freq.secs``), as Storm's declarer."""
+        self._spec.conf[key] = value
+        return self
+
+
+class SpoutDeclarer:
+    def __init__(self, spec: ComponentSpec) -> None:
+        self._spec = spec
+
+    def add_configuration(self, key: str, value: Any) -> "SpoutDeclarer":
+        self._spec.conf[key] = value
+        return self
+
+
+class TopologyBuilder:
+    def __init__(self) -> None:
+        self._components: dict[str, ComponentSpec] = {}
+        self._errors: list[str] = []
+
+    def _add(self, cid: str, component: Any, parallelism: Any, is_spout: bool) -> ComponentSpec:
+        kind = "spout" if is_spout else "bolt"
+        if not isinstance(cid, str) or not cid:
+            raise TopologyError(f"{kind} id must be a non-empty string, got {cid!r}")
+        if cid.startswith(RESERVED_PREFIXES):
+            raise TopologyError(f"{kind} {cid!r}: ids starting with '__' or '$' are reserved for system components")
+        if cid in self._components:
+            # Recorded and reported by create_topology, so every problem is listed at once.
+            self._errors.append(f"{kind} {cid!r}: duplicate component id")
+        spec = ComponentSpec(cid, component, parallelism, is_spout)
+        self._components.setdefault(cid, spec)
+        return spec
+
+    def set_spout(self, spout_id: str, spout: Spout, parallelism: int = 1) -> SpoutDeclarer:
+        return SpoutDeclarer(self._add(spout_id, spout, parallelism, True))
+
+    def set_bolt(self, bolt_id: str, bolt: Bolt, parallelism: int = 1) -> InputDeclarer:
+        return InputDeclarer(self._add(bolt_id, bolt, parallelism, False))
+
+    def create_topology(self) -> Topology:
+        errors = list(self._errors)
+        comps = self._components
+        for spec in comps.values():
+            kind = "spout" if spec.is_spout else "bolt"
+            p = spec.parallelism
+            if isinstance(p, bool) or not isinstance(p, int) or p < 1:
+                errors.append(f"{kind} {spec.id!r}: parallelism must be an integer >= 1, got {p!r}")
+            if spec.is_spout and not isinstance(spec.template, Spout):
+                errors.append(f"spout {spec.id!r}: {type(spec.template).__name__} is not a Spout")
+            if not spec.is_spout and not isinstance(spec.template, Bolt) and not hasattr(spec.template, "execute"):
+                errors.append(f"bolt {spec.id!r}: {type(spec.template).__name__} is not a Bolt")
+            try:
+                spec.streams = declared_streams(spec.template, spec.id)
+            except (TypeError, ValueError) as e:
+                errors.append(str(e))
+        for spec in comps.values():
+            if spec.is_spout:
+                continue
+            if not spec.inputs:
+                errors.append(f"bolt {spec.id!r}: has no inputs (declare a grouping)")
+            for g in spec.inputs:
+                where = f"bolt {spec.id!r}: {g.kind} grouping on {g.source!r} stream {g.stream!r}"
+                src = comps.get(g.source)
+                if src is None:
+                    errors.append(f"{where}: unknown component {g.source!r}")
+                    continue
+                stream = src.streams.get(g.stream)
+                if stream is None:
+                    errors.append(
+                        f"{where}: component {g.source!r} declares no stream {g.stream!r} "
+                        f"(it declares {sorted(src.streams) or 'none'})"
+                    )
+                    continue
+                if g.kind == FIELDS:
+                    if not g.fields:
+                        errors.append(f"{where}: fields grouping needs at least one field")
+                    for f in g.fields:
+                        if f not in stream.fields:
+                            errors.append(f"{where}: field {f!r} is not declared (fields: {stream.fields})")
+                if g.kind == DIRECT and not stream.direct:
+                    errors.append(f"{where}: stream {g.stream!r} is not declared direct (use Stream(..., direct=True))")
+                if stream.direct and g.kind != DIRECT:
+                    errors.append(f"{where}: stream {g.stream!r} is direct; subscribe with direct_grouping")
+        if errors:
+            raise TopologyError("invalid topology:\n  " + "\n  ".join(errors))
+        return Topology(dict(comps))
+
+
+def is_basic(component: Any) -> bool:
+    return isinstance(component, BasicBolt)

@@ -1,0 +1,238 @@
+"""Component contracts users implement: spouts, bolts, tuples, stream declarations.
+
+Standard library only (the API layer of DESIGN.md). The runtime binds the action methods
+(``emit``, ``ack``, ...) as instance attributes when a task starts, so a call from user code
+goes straight to the collector without an extra Python frame on the hot path.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Sequence
+
+DEFAULT_STREAM = "default"
+SYSTEM_COMPONENT = "__system"
+TICK_STREAM = "__tick"
+
+
+class FailedException(Exception):
+    """Raised by a BasicBolt's execute to fail the input tuple instead of acking it."""
+
+
+class Stream:
+    """An output stream declaration, where a plain field list is not enough."""
+
+    __slots__ = ("fields", "direct")
+
+    def __init__(self, fields: Sequence[str], direct: bool = False) -> None:
+        self.fields = list(fields)
+        self.direct = bool(direct)
+
+    def __repr__(self) -> str:
+        return f"Stream({self.fields!r}, direct={self.direct})"
+
+
+def declared_streams(component: Any, component_id: str = "?") -> dict[str, Stream]:
+    """Normalise a component's ``outputs`` into {stream: Stream}."""
+    outputs = getattr(component, "outputs", None)
+    if outputs is None:
+        return {}
+    if isinstance(outputs, Mapping):
+        items = outputs.items()
+    elif isinstance(outputs, (list, tuple)):
+        items = [(DEFAULT_STREAM, outputs)]
+    else:
+        raise TypeError(
+            f"component {component_id!r}: outputs must be a list of field names or a dict "
+            f"of stream -> fields, got {type(outputs).__name__}"
+        )
+    streams: dict[str, Stream] = {}
+    for name, decl in items:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"component {component_id!r}: stream names must be non-empty strings")
+        s = decl if isinstance(decl, Stream) else Stream(list(decl))
+        for f in s.fields:
+            if not isinstance(f, str):
+                raise TypeError(
+                    f"component {component_id!r}, stream {name!r}: field names must be strings, got {f!r}"
+                )
+        if len(set(s.fields)) != len(s.fields):
+            raise ValueError(f"component {component_id!r}, stream {name!r}: duplicate field names {s.fields}")
+        streams[name] = s
+    return streams
+
+
+class StreamInfo:
+    """Shared, per (component, stream) description every tuple of that stream points at."""
+
+    __slots__ = ("sid", "component", "stream", "fields", "index")
+
+    def __init__(self, sid: int, component: str, stream: str, fields: Sequence[str]) -> None:
+        self.sid = sid
+        self.component = component
+        self.stream = stream
+        self.fields = list(fields)
+        self.index = {f: i for i, f in enumerate(self.fields)}
+
+
+TICK_INFO = StreamInfo(-1, SYSTEM_COMPONENT, TICK_STREAM, [])
+
+
+class Tuple:
+    """A read-only tuple as a bolt receives it."""
+
+    __slots__ = ("values", "info", "source_task", "anchors", "out_ack_val", "_inbox")
+
+    def __init__(self, values: list, info: StreamInfo, source_task: int, anchors: dict | None) -> None:
+        self.values = values
+        self.info = info
+        self.source_task = source_task
+        # root id -> this tuple's edge id in that root's tree (Storm's MessageId)
+        self.anchors = anchors
+        # XOR of the edge ids of every child anchored to this tuple (Storm's outAckVal)
+        self.out_ack_val = 0
+
+    @property
+    def fields(self) -> list[str]:
+        return self.info.fields
+
+    @property
+    def stream(self) -> str:
+        return self.info.stream
+
+    @property
+    def source_component(self) -> str:
+        return self.info.component
+
+    def __getitem__(self, key: int | str) -> Any:
+        if isinstance(key, str):
+            try:
+                return self.values[self.info.index[key]]
+            except KeyError:
+                raise KeyError(
+                    f"tuple from {self.info.component!r} stream {self.info.stream!r} has no field "
+                    f"{key!r} (fields: {self.info.fields})"
+                ) from None
+        return self.values[key]
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __iter__(self):
+        return iter(self.values)
+
+    def is_tick(self) -> bool:
+        return self.info is TICK_INFO
+
+    def __repr__(self) -> str:
+        return f"Tuple({self.info.component}:{self.source_task}/{self.info.stream} {self.values!r})"
+
+
+class TopologyContext:
+    """What ``open``/``prepare`` receive: who this task is and who its peers are."""
+
+    def __init__(
+        self,
+        task_id: int,
+        component_id: str,
+        task_index: int,
+        component_task_map: Mapping[str, Sequence[int]],
+        topology_id: str = "",
+        worker_index: int = 0,
+    ) -> None:
+        self.task_id = task_id
+        self.component_id = component_id
+        self.task_index = task_index
+        self.topology_id = topology_id
+        self.worker_index = worker_index
+        self._tasks = {k: sorted(v) for k, v in component_task_map.items()}
+
+    def component_tasks(self, component: str) -> list[int]:
+        try:
+            return list(self._tasks[component])
+        except KeyError:
+            raise KeyError(f"no component {component!r} in this topology") from None
+
+    @property
+    def parallelism(self) -> int:
+        return len(self._tasks[self.component_id])
+
+
+def _unbound(name: str):
+    def action(self, *args, **kwargs):
+        raise RuntimeError(
+            f"{type(self).__name__}.{name}() called before the runtime started this task "
+            "(call it from open/prepare/next_tuple/execute, not from __init__)"
+        )
+
+    action.__name__ = name
+    return action
+
+
+class Spout:
+    """A source of tuples. Override ``next_tuple``; emit with ``self.emit``."""
+
+    outputs: list[str] | dict[str, Any] = []
+
+    def open(self, conf: dict, context: TopologyContext) -> None:
+        pass
+
+    def next_tuple(self) -> None:
+        pass
+
+    def ack(self, msg_id: Any) -> None:
+        pass
+
+    def fail(self, msg_id: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    # Actions, rebound by the runtime per task.
+    emit = _unbound("emit")
+    emit_direct = _unbound("emit_direct")
+    finish = _unbound("finish")
+
+
+class ReplayableSpout(Spout):
+    """A spout over a source that can rewind (exactly-once mode)."""
+
+    def snapshot(self) -> object:
+        raise NotImplementedError
+
+    def restore(self, snapshot: object) -> None:
+        raise NotImplementedError
+
+
+class Bolt:
+    """Processes tuples. Ack or fail every input (or use BasicBolt)."""
+
+    outputs: list[str] | dict[str, Any] = []
+
+    def prepare(self, conf: dict, context: TopologyContext) -> None:
+        pass
+
+    def execute(self, tup: Tuple) -> None:
+        pass
+
+    def cleanup(self) -> None:
+        pass
+
+    emit = _unbound("emit")
+    emit_direct = _unbound("emit_direct")
+    ack = _unbound("ack")
+    fail = _unbound("fail")
+    reset_timeout = _unbound("reset_timeout")
+
+
+class BasicBolt(Bolt):
+    """Emits are anchored to the input; the input is acked after execute returns;
+    raising FailedException fails it instead."""
+
+
+def as_anchor_list(anchors: Tuple | Iterable[Tuple] | None) -> list[Tuple]:
+    if anchors is None:
+        return []
+    if isinstance(anchors, Tuple):
+        return [anchors]
+    return list(anchors)

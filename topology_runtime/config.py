@@ -1,0 +1,180 @@
+"""Topology configuration: Storm's key names, our defaults, and the key check of API.md."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping
+
+log = logging.getLogger(__name__)
+
+# Keys this project implements, with their defaults. Deliberate deviation from Storm:
+# message timeouts are on in every launcher, LocalCluster included.
+DEFAULTS: dict[str, Any] = {
+    "topology.workers": 1,
+    "topology.acker.executors": None,  # None -> one per worker
+    "topology.message.timeout.secs": 30,
+    "topology.max.spout.pending": None,  # None -> unbounded
+    "topology.enable.message.timeouts": True,
+    "topology.tick.tuple.freq.secs": None,
+    "topology.state.checkpoint.interval.ms": 1000,
+    "topology.state.provider": "memory",
+    "topology.state.provider.config": {},
+    "topology.debug": False,
+    "topology.name": None,
+    "topology.transactional.id": None,
+    # Transfer: tuples per cross-worker batch, and the outbound backlog (in batches per peer)
+    # above which a worker stops calling next_tuple.
+    "topology.transfer.batch.size": 1000,
+    "topology.transfer.buffer.size": 64,
+    "topology.executor.receive.buffer.size": 1024,
+    "topology.sleep.spout.wait.strategy.time.ms": 1,
+    "topology.max.error.report.per.interval": 5,
+    # This project's own keys.
+    "topology.max.restarts": 10,
+    "topology.state.exactly.once": False,
+    "topology.stats.interval.secs": 1.0,
+}
+
+# Storm's documented topology.* keys that we accept but do not implement (warned about).
+STORM_KEYS_NOT_IMPLEMENTED = frozenset(
+    """
+    topology.tasks topology.eventlogger.executors topology.max.task.parallelism
+    topology.spout.wait.strategy topology.bolt.wait.strategy topology.backpressure.enable
+    topology.backpressure.check.millis topology.backpressure.wait.strategy
+    topology.executor.send.buffer.size topology.producer.batch.size topology.batch.flush.interval.millis
+    topology.fall.back.on.java.serialization topology.kryo.register topology.kryo.decorators
+    topology.kryo.factory topology.skip.missing.kryo.registrations topology.tuple.serializer
+    topology.stats.sample.rate topology.builtin.metrics.bucket.size.secs topology.metrics.consumer.register
+    topology.worker.childopts topology.worker.gc.childopts topology.worker.logwriter.childopts
+    topology.worker.max.heap.size.mb topology.environment topology.priority
+    topology.component.resources.onheap.memory.mb topology.component.resources.offheap.memory.mb
+    topology.component.cpu.pcore.percent topology.submitter.principal topology.submitter.user
+    topology.auto-credentials topology.scheduler.strategy topology.ras.acker.executors.per.worker
+    topology.acker.cpu.pcore.percent topology.acker.resources.onheap.memory.mb
+    topology.multilang.serializer topology.shellbolt.max.pending topology.error.throttle.interval.secs
+    topology.bolts.outgoing.overflow.buffer.enable topology.trident.batch.emit.interval.millis
+    topology.trident.windowing.inmemory.cache.limit topology.isolate.machines topology.classpath
+    topology.classpath.beginning topology.disable.loadaware.messaging topology.localityaware.higher.bound
+    topology.localityaware.lower.bound topology.testing.always.try.serialize topology.users
+    topology.groups topology.enable.v2.metrics.tick topology.v2.metrics.tick.interval.seconds
+    topology.spout.recvq.skips topology.worker.shared.thread.pool.size topology.worker.receiver.thread.count
+    topology.bolts.late.tuple.stream topology.bolts.window.length.count topology.bolts.window.length.duration.ms
+    topology.bolts.sliding.interval.count topology.bolts.sliding.interval.duration.ms
+    topology.bolts.tuple.timestamp.field.name topology.bolts.tuple.timestamp.max.lag.ms
+    topology.bolts.message.id.field.name topology.state.checkpoint.interval
+    topology.ras.constraints topology.spread.components topology.ras.one.executor.per.worker
+    topology.ras.one.component.per.worker topology.version topology.blobstore.map
+    topology.single.thread.executor topology.shellbolt.max.pending topology.subprocess.timeout.secs
+    topology.worker.timeout.secs topology.min.replication.count topology.max.replication.wait.time.sec
+    topology.transfer.buffer.size.ms topology.executor.overflow.limit topology.sleep.spout.wait.strategy.time.ms
+    topology.spout.executor.receive.queue.size topology.localityaware.enabled
+    """.split()
+) - frozenset(DEFAULTS)
+
+
+class ConfigError(ValueError):
+    """A configuration key or value is wrong; the message names the key."""
+
+
+class Config(dict):
+    """A dict keyed by Storm's configuration names (``topology.workers`` ...)."""
+
+    TOPOLOGY_WORKERS = "topology.workers"
+    TOPOLOGY_ACKER_EXECUTORS = "topology.acker.executors"
+    TOPOLOGY_MESSAGE_TIMEOUT_SECS = "topology.message.timeout.secs"
+    TOPOLOGY_MAX_SPOUT_PENDING = "topology.max.spout.pending"
+    TOPOLOGY_ENABLE_MESSAGE_TIMEOUTS = "topology.enable.message.timeouts"
+    TOPOLOGY_TICK_TUPLE_FREQ_SECS = "topology.tick.tuple.freq.secs"
+    TOPOLOGY_STATE_CHECKPOINT_INTERVAL = "topology.state.checkpoint.interval.ms"
+    TOPOLOGY_STATE_PROVIDER = "topology.state.provider"
+    TOPOLOGY_STATE_PROVIDER_CONFIG = "topology.state.provider.config"
+    TOPOLOGY_DEBUG = "topology.debug"
+
+    def set_num_workers(self, n: int) -> None:
+        self["topology.workers"] = n
+
+    def set_num_ackers(self, n: int) -> None:
+        self["topology.acker.executors"] = n
+
+    def set_message_timeout_secs(self, secs: float) -> None:
+        self["topology.message.timeout.secs"] = secs
+
+    def set_max_spout_pending(self, n: int) -> None:
+        self["topology.max.spout.pending"] = n
+
+    def set_debug(self, on: bool) -> None:
+        self["topology.debug"] = on
+
+
+def _positive_number(key: str, v: Any, allow_none: bool = False, integer: bool = False, zero: bool = False):
+    if v is None and allow_none:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ConfigError(f"config key {key!r}: expected a number, got {v!r}")
+    if integer and int(v) != v:
+        raise ConfigError(f"config key {key!r}: expected an integer, got {v!r}")
+    if v < 0 or (v == 0 and not zero):
+        raise ConfigError(f"config key {key!r}: must be {'>= 0' if zero else '> 0'}, got {v!r}")
+    return int(v) if integer else v
+
+
+def _bool(key: str, v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.lower() in ("true", "false", "1", "0", "yes", "no"):
+        return v.lower() in ("true", "1", "yes")
+    raise ConfigError(f"config key {key!r}: expected true/false, got {v!r}")
+
+
+def coerce_cli_value(text: str) -> Any:
+    """``--conf k=v`` values: JSON when it parses (numbers, booleans, objects), else the string."""
+    import json
+
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def resolve_config(conf: Mapping[str, Any] | None, workers: int | None = None) -> dict[str, Any]:
+    """Check every ``topology.*`` key and return the effective config (defaults filled in).
+
+    Unknown ``topology.*`` keys are an error naming the key; Storm keys we do not implement are
+    accepted with a warning; other keys belong to the user and pass through unchanged.
+    """
+    out: dict[str, Any] = dict(DEFAULTS)
+    for key, value in (conf or {}).items():
+        if not isinstance(key, str):
+            raise ConfigError(f"config keys must be strings, got {key!r}")
+        if key.startswith("topology."):
+            if key in STORM_KEYS_NOT_IMPLEMENTED:
+                log.warning("config key %r is a Storm key this runtime does not implement; ignored", key)
+            elif key not in DEFAULTS:
+                raise ConfigError(
+                    f"unknown config key {key!r}: not a Storm topology key nor one this project "
+                    f"documents (see docs/configuration.md)"
+                )
+        out[key] = value
+    if workers is not None:
+        out["topology.workers"] = workers
+    k = "topology.workers"
+    out[k] = _positive_number(k, out[k], integer=True)
+    k = "topology.acker.executors"
+    out[k] = _positive_number(k, out[k], allow_none=True, integer=True, zero=True)
+    k = "topology.message.timeout.secs"
+    out[k] = _positive_number(k, out[k])
+    k = "topology.max.spout.pending"
+    out[k] = _positive_number(k, out[k], allow_none=True, integer=True)
+    for k in ("topology.enable.message.timeouts", "topology.debug", "topology.state.exactly.once"):
+        out[k] = _bool(k, out[k])
+    k = "topology.tick.tuple.freq.secs"
+    out[k] = _positive_number(k, out[k], allow_none=True)
+    for k in ("topology.transfer.batch.size", "topology.transfer.buffer.size",
+              "topology.executor.receive.buffer.size", "topology.max.restarts"):
+        out[k] = _positive_number(k, out[k], integer=True, zero=(k == "topology.max.restarts"))
+    k = "topology.state.checkpoint.interval.ms"
+    out[k] = _positive_number(k, out[k])
+    k = "topology.state.provider"
+    if out[k] not in ("memory", "redis"):
+        raise ConfigError(f"config key {k!r}: expected 'memory' or 'redis', got {out[k]!r}")
+    return out

@@ -1,0 +1,198 @@
+"""LocalCluster: worker processes on this machine, supervised (restarted when they die)."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import multiprocessing
+import threading
+import time
+from typing import Any, Mapping
+
+from .builder import Topology, TopologyError
+from .config import resolve_config
+from .nimbus import RunSupervisor
+from .plan import build_plan
+from .status import FAILED, FINAL_STATES, RunStatus
+from .worker.worker import WorkerSpec, run_worker
+
+log = logging.getLogger("topology.local")
+_fork = multiprocessing.get_context("fork")
+
+
+class TopologyFailed(RuntimeError):
+    def __init__(self, status: RunStatus) -> None:
+        super().__init__(f"topology {status.name!r} failed: {status.error}")
+        self.status = status
+
+
+def load_topology(ref: Any) -> Topology:
+    """A Topology, a function returning one, or "package.module:attribute" naming either."""
+    obj = ref
+    if isinstance(ref, str):
+        mod_name, _, attr = ref.partition(":")
+        if not mod_name or not attr:
+            raise TopologyError(f"topology reference {ref!r} must look like 'package.module:attribute'")
+        try:
+            module = importlib.import_module(mod_name)
+        except ImportError as e:
+            raise TopologyError(f"topology reference {ref!r}: cannot import {mod_name!r}: {e}") from e
+        try:
+            obj = getattr(module, attr)
+        except AttributeError:
+            raise TopologyError(f"topology reference {ref!r}: module {mod_name!r} has no attribute {attr!r}") from None
+    if callable(obj) and not isinstance(obj, Topology):
+        obj = obj()
+    if not isinstance(obj, Topology):
+        raise TopologyError(f"{ref!r} is a {type(obj).__name__}, not a Topology (use TopologyBuilder.create_topology())")
+    return obj
+
+
+def _worker_main(spec: WorkerSpec) -> None:
+    import os
+    import random
+    import sys
+
+    random.seed()  # forked children must not share the parent's id sequence
+    os.environ.setdefault("TOPOLOGY_WORKER_INDEX", str(spec.index))
+    sys.exit(run_worker(spec))
+
+
+class LocalRun:
+    """Handle of a submitted run: status, wait, kill."""
+
+    def __init__(self, name: str, topology: Topology, conf: Mapping[str, Any] | None, workers: int) -> None:
+        resolved = resolve_config(conf)
+        if conf is None or "topology.workers" not in conf:
+            resolved["topology.workers"] = workers
+        self.name = name
+        self.plan = build_plan(topology, resolved)
+        self.supervisor = RunSupervisor(name, self.plan)
+        self.procs: dict[int, multiprocessing.Process] = {}
+        self.incarnations: dict[int, int] = {}
+        for i in range(self.plan.workers):
+            self._start(i, 0)
+        self._thread = threading.Thread(target=self._supervise, name=f"supervisor-{name}", daemon=True)
+        self._thread.start()
+
+    def _start(self, index: int, incarnation: int) -> None:
+        spec = WorkerSpec(self.name, self.plan, index, incarnation, self.supervisor.control.address,
+                          self.supervisor.secret)
+        p = _fork.Process(target=_worker_main, args=(spec,), name=f"{self.name}-worker-{index}", daemon=True)
+        p.start()
+        self.procs[index] = p
+        self.incarnations[index] = incarnation
+
+    @property
+    def pids(self) -> dict[int, int]:
+        return {i: p.pid for i, p in self.procs.items() if p.is_alive()}
+
+    def _supervise(self) -> None:
+        sup = self.supervisor
+        try:
+            while not sup.done.is_set():
+                sup.step(50)
+                for i, p in list(self.procs.items()):
+                    if p.exitcode is not None and p.pid is not None:
+                        code = p.exitcode
+                        if sup.worker_exited(i, code):
+                            self._start(i, self.incarnations[i] + 1)
+                        else:
+                            self.procs[i] = _Exited(code)
+                if all(isinstance(p, _Exited) for p in self.procs.values()):
+                    sup.all_stopped()
+        except Exception:  # the supervisor must never die silently
+            log.exception("supervisor of run %s crashed", self.name)
+            with sup.lock:
+                sup.error = "supervisor crashed (see log)"
+                sup._stop_reason = FAILED
+                sup._finish()
+        finally:
+            for p in self.procs.values():
+                if isinstance(p, multiprocessing.process.BaseProcess):
+                    p.join(5)
+                    if p.is_alive():
+                        p.kill()
+                        p.join(2)
+            sup.close()
+
+    def status(self) -> RunStatus:
+        return self.supervisor.status()
+
+    def wait(self, timeout: float | None = None) -> RunStatus:
+        if not self.supervisor.done.wait(timeout):
+            raise TimeoutError(f"run {self.name!r} has not ended after {timeout}s (state {self.status().state})")
+        self._thread.join(10)
+        return self.status()
+
+    def kill(self, drain: bool = False, timeout: float | None = 60) -> RunStatus:
+        self.supervisor.request_kill(drain=drain)
+        return self.wait(timeout)
+
+    @property
+    def done(self) -> bool:
+        return self.supervisor.done.is_set()
+
+
+class _Exited:
+    def __init__(self, code: int | None) -> None:
+        self.exitcode = code
+        self.pid = None
+
+    def is_alive(self) -> bool:
+        return False
+
+
+class LocalCluster:
+    """Runs topologies on worker processes of this machine (the same worker code as Spark)."""
+
+    def __init__(self, workers: int = 2) -> None:
+        if workers < 1:
+            raise ValueError(f"LocalCluster: workers must be >= 1, got {workers}")
+        self.workers = workers
+        self.runs: dict[str, LocalRun] = {}
+
+    def submit(self, name: str, topology: Any, conf: Mapping[str, Any] | None = None) -> LocalRun:
+        if not isinstance(name, str) or not name:
+            raise ValueError("a run needs a non-empty name (the topology id)")
+        live = self.runs.get(name)
+        if live is not None and not live.done:
+            raise RuntimeError(f"a run named {name!r} is already live in this cluster")
+        run = LocalRun(name, load_topology(topology), conf, self.workers)
+        self.runs[name] = run
+        return run
+
+    def run(self, name: str, topology: Any, conf: Mapping[str, Any] | None = None,
+            timeout: float | None = None) -> RunStatus:
+        run = self.submit(name, topology, conf)
+        try:
+            status = run.wait(timeout)
+        except TimeoutError:
+            run.kill()
+            raise
+        if status.state == FAILED:
+            raise TopologyFailed(status)
+        return status
+
+    def shutdown(self) -> None:
+        for run in self.runs.values():
+            if not run.done:
+                run.kill(timeout=30)
+
+    def __enter__(self) -> "LocalCluster":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return bool(predicate())
+
+
+__all__ = ["LocalCluster", "LocalRun", "TopologyFailed", "load_topology", "FINAL_STATES"]

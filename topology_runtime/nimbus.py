@@ -1,0 +1,303 @@
+"""The run supervisor ("nimbus"): one per run, launcher-independent.
+
+It owns the control endpoint the workers connect to, hands out peer addresses, aggregates
+stats, detects that a bounded run is done, and carries out kill/drain. A launcher starts and
+restarts the worker processes and calls ``worker_exited`` when one dies.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .plan import ACKER, Plan
+from .status import (
+    COMPLETED, FAILED, FINAL_STATES, KILLED, RUNNING, STARTING, ComponentStats, LatencyHistogram, RunStatus,
+)
+from .transport import ControlServer
+
+log = logging.getLogger("topology.nimbus")
+
+PROBE_INTERVAL = 0.1
+MAX_STARTUP_FAILURES = 3
+_COUNTERS = ("emitted", "acked", "failed", "replayed", "executed", "timed_out")
+
+
+@dataclass
+class WorkerSlot:
+    index: int
+    incarnation: int = -1
+    address: str | None = None
+    ready: bool = False
+    stats: dict = field(default_factory=dict)  # current incarnation: task -> stats dict
+    carried: dict = field(default_factory=dict)  # finished incarnations, summed
+    startup_failures: int = 0
+    last_seen: float = 0.0
+    stopped: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+def _add_task_stats(into: dict, task: int, s: dict) -> None:
+    cur = into.get(task)
+    if cur is None:
+        into[task] = {k: s.get(k, 0) for k in _COUNTERS} | {
+            "execute": LatencyHistogram.from_dict(s.get("execute", {})).to_dict(),
+            "complete": LatencyHistogram.from_dict(s.get("complete", {})).to_dict(),
+        }
+        return
+    for k in _COUNTERS:
+        cur[k] = cur.get(k, 0) + s.get(k, 0)
+    for h in ("execute", "complete"):
+        merged = LatencyHistogram.from_dict(cur[h])
+        merged.merge(s.get(h, {}))
+        cur[h] = merged.to_dict()
+
+
+class RunSupervisor:
+    def __init__(self, name: str, plan: Plan, host: str = "127.0.0.1") -> None:
+        self.name = name
+        self.plan = plan
+        self.secret = secrets.token_bytes(32)
+        self.control = ControlServer(self.secret, host)
+        self.slots = {i: WorkerSlot(i) for i in range(plan.workers)}
+        self.state = STARTING
+        self.error: str | None = None
+        self.errors: list[dict] = []
+        self.restarts = 0
+        self.max_restarts = int(plan.conf.get("topology.max.restarts", 10))
+        self.started_at = time.time()
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self._peers_sent = False
+        self._probe_seq = 0
+        self._probe_at = 0.0
+        self._replies: dict[int, dict] = {}
+        self._last_quiet: list | None = None
+        self._stop_reason: str | None = None  # final state once workers stopped
+        self._stop_sent_at: float | None = None
+        self.draining = False
+
+    # --- called by the launcher -------------------------------------------------------------------
+    def worker_exited(self, index: int, exitcode: int | None) -> bool:
+        """A worker process ended. Returns True if the launcher should start it again."""
+        slot = self.slots[index]
+        with self.lock:
+            if self._stop_reason is not None or self.state in FINAL_STATES:
+                slot.stopped = True
+                return False
+            self._retire(slot)
+            if slot.startup_failures >= MAX_STARTUP_FAILURES:
+                last = next((e for e in reversed(self.errors) if e.get("fatal")), None)
+                self._fail(f"worker {index} failed to start {slot.startup_failures} times"
+                           + (f": {last['error']}" if last else ""))
+                return False
+            if self.restarts >= self.max_restarts:
+                self._fail(f"worker {index} died (exit code {exitcode}) and the restart limit "
+                           f"(topology.max.restarts={self.max_restarts}) is used up")
+                return False
+            self.restarts += 1
+            log.warning("run %s: worker %d died (exit code %s); restarting it (restart %d of %d)",
+                        self.name, index, exitcode, self.restarts, self.max_restarts)
+            return True
+
+    def request_kill(self, drain: bool = False) -> None:
+        with self.lock:
+            if self.state in FINAL_STATES or self._stop_reason is not None:
+                return
+            if drain:
+                self.draining = True
+                for slot in self.slots.values():
+                    self._send(slot, {"t": "drain"})
+                log.info("run %s: draining (spouts stopped; waiting for pending trees)", self.name)
+            else:
+                self._begin_stop(KILLED)
+
+    def status(self) -> RunStatus:
+        with self.lock:
+            return self._status()
+
+    # --- the control loop step -------------------------------------------------------------------
+    def step(self, timeout_ms: int = 50) -> None:
+        if self.control.poll(timeout_ms):
+            while True:
+                got = self.control.recv()
+                if got is None:
+                    break
+                with self.lock:
+                    self._on_message(got[0], got[1])
+        with self.lock:
+            now = time.monotonic()
+            if self.state == RUNNING and self._stop_reason is None and now - self._probe_at >= PROBE_INTERVAL:
+                self._probe()
+            if self._stop_reason is not None:
+                if all(s.stopped for s in self.slots.values()) or (
+                    self._stop_sent_at is not None and now - self._stop_sent_at > 10.0
+                ):
+                    self._finish()
+
+    def all_stopped(self) -> None:
+        """The launcher saw every worker process end."""
+        with self.lock:
+            for s in self.slots.values():
+                s.stopped = True
+            if self._stop_reason is not None:
+                self._finish()
+
+    # --- internals (lock held) --------------------------------------------------------------------
+    def _send(self, slot: WorkerSlot, msg: dict) -> None:
+        if slot.incarnation >= 0:
+            self.control.send(f"w{slot.index}".encode(), msg)
+
+    def _peers(self) -> dict:
+        return {str(i): s.address for i, s in self.slots.items() if s.address}
+
+    def _on_message(self, identity: bytes, msg: dict) -> None:
+        t = msg.get("t")
+        w = msg.get("w")
+        if w not in self.slots:
+            return
+        slot = self.slots[w]
+        inc = msg.get("inc", slot.incarnation)
+        if t == "hello":
+            if inc != slot.incarnation:
+                if slot.incarnation >= 0:
+                    self._retire(slot)
+                slot.incarnation = inc
+                slot.ready = False
+                slot.stopped = False
+            slot.address = msg["addr"]
+            slot.last_seen = time.monotonic()
+            if self._stop_reason is not None:
+                self._send(slot, {"t": "stop"})
+                return
+            if all(s.address for s in self.slots.values()):
+                if not self._peers_sent:
+                    self._peers_sent = True
+                    for s in self.slots.values():
+                        self._send(s, {"t": "peers", "peers": self._peers()})
+                else:  # a restarted worker: everyone learns its new address
+                    for s in self.slots.values():
+                        self._send(s, {"t": "peers", "peers": self._peers()})
+                    if self.draining:
+                        self._send(slot, {"t": "drain"})
+            return
+        if inc != slot.incarnation:
+            return  # a late message from a previous incarnation
+        slot.last_seen = time.monotonic()
+        if t == "ready":
+            slot.ready = True
+            slot.startup_failures = 0
+            if self.state == STARTING and all(s.ready for s in self.slots.values()):
+                self.state = RUNNING
+                log.info("run %s: running on %d worker(s)", self.name, len(self.slots))
+        elif t in ("stats", "stopped"):
+            slot.stats = msg["stats"].get("tasks", {})
+            slot.extra = {k: v for k, v in msg["stats"].items() if k != "tasks"}
+            self._add_errors(msg.get("errors") or [])
+            if t == "stopped":
+                slot.stopped = True
+        elif t == "fatal":
+            slot.startup_failures += 1
+            self._add_errors([{**msg, "fatal": True}])
+        elif t == "probe_reply":
+            if msg.get("seq") == self._probe_seq:
+                self._replies[w] = msg
+                if len(self._replies) == len(self.slots):
+                    self._evaluate_probe()
+
+    def _add_errors(self, errors: list[dict]) -> None:
+        for e in errors:
+            e = {k: v for k, v in e.items() if k != "t"}
+            self.errors.append(e)
+        del self.errors[:-50]
+
+    def _retire(self, slot: WorkerSlot) -> None:
+        for task, s in slot.stats.items():
+            _add_task_stats(slot.carried, task, s)
+        slot.stats = {}
+        slot.ready = False
+
+    def _probe(self) -> None:
+        self._probe_at = time.monotonic()
+        self._probe_seq += 1
+        self._replies = {}
+        for slot in self.slots.values():
+            self._send(slot, {"t": "probe", "seq": self._probe_seq})
+
+    def _evaluate_probe(self) -> None:
+        replies = [self._replies[i] for i in sorted(self._replies)]
+        quiet = all(r["idle"] and r["finished"] and r["pending"] == 0 for r in replies)
+        if not quiet:
+            self._last_quiet = None
+            return
+        vector = [(r["inc"], *r["counters"]) for r in replies]
+        no_restarts = all(r["inc"] == 0 for r in replies)
+        balanced = (not no_restarts) or sum(r["counters"][0] for r in replies) == sum(
+            r["counters"][1] for r in replies)
+        # Quiet twice in a row with nothing moved in between: no tuple can still be in flight.
+        if balanced and self._last_quiet == vector:
+            log.info("run %s: %s", self.name, "drained" if self.draining else "all spouts finished and every tuple is processed")
+            self._begin_stop(COMPLETED)
+        else:
+            self._last_quiet = vector
+
+    def _begin_stop(self, final_state: str) -> None:
+        self._stop_reason = final_state
+        self._stop_sent_at = time.monotonic()
+        for slot in self.slots.values():
+            self._send(slot, {"t": "stop"})
+
+    def _fail(self, error: str) -> None:
+        log.error("run %s failed: %s", self.name, error)
+        self.error = error
+        self._begin_stop(FAILED)
+
+    def _finish(self) -> None:
+        if self.state in FINAL_STATES:
+            return
+        self.state = self._stop_reason or KILLED
+        self.done.set()
+
+    def _status(self) -> RunStatus:
+        plan = self.plan
+        per_task: dict[int, dict] = {}
+        for slot in self.slots.values():
+            for task, s in slot.carried.items():
+                _add_task_stats(per_task, int(task), s)
+            for task, s in slot.stats.items():
+                _add_task_stats(per_task, int(task), s)
+        components: dict[str, ComponentStats] = {}
+        system: dict[str, ComponentStats] = {}
+        for cid, tasks in plan.component_tasks.items():
+            cs = ComponentStats(tasks=len(tasks))
+            ex_h, co_h = LatencyHistogram(), LatencyHistogram()
+            for t in tasks:
+                s = per_task.get(t)
+                if not s:
+                    continue
+                for k in _COUNTERS:
+                    setattr(cs, k, getattr(cs, k) + s.get(k, 0))
+                ex_h.merge(s["execute"])
+                co_h.merge(s["complete"])
+            cs.execute_latency_ms = ex_h.mean
+            cs.complete_latency_ms = co_h.mean
+            cs.complete_latency_p50_ms = co_h.percentile(50)
+            cs.complete_latency_p99_ms = co_h.percentile(99)
+            (system if cid == ACKER else components)[cid] = cs
+        return RunStatus(
+            name=self.name, state=self.state, error=self.error, components=components,
+            system_components=system, restarts=self.restarts, errors=list(self.errors),
+            uptime_secs=round(time.time() - self.started_at, 3),
+        )
+
+    def close(self) -> None:
+        self.control.close()
+
+
+def worker_extra(sup: RunSupervisor) -> dict[int, Any]:
+    with sup.lock:
+        return {i: dict(s.extra) for i, s in sup.slots.items()}

@@ -1,0 +1,121 @@
+"""The plan: expand components to tasks, add system components, assign tasks to workers.
+
+Deterministic: the same topology, config and worker count give the same plan everywhere,
+so every worker (and the Spark driver) computes routing tables that agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .builder import DIRECT, ComponentSpec, Grouping, Topology, TopologyError
+from .components import StreamInfo
+
+ACKER = "__acker"
+
+
+@dataclass
+class Subscription:
+    """One bolt subscribed to one (component, stream)."""
+
+    target: str
+    kind: str
+    tasks: list[int]
+    field_idx: tuple[int, ...] = ()
+
+
+@dataclass
+class Plan:
+    topology: Topology
+    conf: dict[str, Any]
+    workers: int
+    component_tasks: dict[str, list[int]]
+    task_component: dict[int, str]
+    task_worker: dict[int, int]
+    acker_tasks: list[int]
+    streams: list[StreamInfo]  # by sid
+    stream_ids: dict[tuple[str, str], int]
+    subscriptions: dict[int, list[Subscription]]  # sid -> subscribers
+    component_conf: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def tasks_of_worker(self, w: int) -> list[int]:
+        return sorted(t for t, ww in self.task_worker.items() if ww == w)
+
+    def spec(self, component: str) -> ComponentSpec:
+        return self.topology.components[component]
+
+    def task_index(self, task: int) -> int:
+        return self.component_tasks[self.task_component[task]].index(task)
+
+    def describe(self) -> str:
+        lines = [f"{self.workers} worker(s), {len(self.task_component)} task(s)"]
+        for w in range(self.workers):
+            tasks = self.tasks_of_worker(w)
+            lines.append(f"  worker {w}: " + ", ".join(f"{self.task_component[t]}[{t}]" for t in tasks))
+        return "\n".join(lines)
+
+
+def build_plan(topology: Topology, conf: dict[str, Any], workers: int | None = None) -> Plan:
+    """``conf`` must already be resolved (config.resolve_config)."""
+    w = int(workers or conf.get("topology.workers") or 1)
+    if w < 1:
+        raise TopologyError(f"workers must be >= 1, got {w}")
+    n_ackers = conf.get("topology.acker.executors")
+    n_ackers = w if n_ackers is None else int(n_ackers)
+
+    component_tasks: dict[str, list[int]] = {}
+    task_component: dict[int, str] = {}
+    task_worker: dict[int, int] = {}
+    next_task = 1
+    slot = 0
+    # Round-robin every component's tasks over the workers so each component spreads out.
+    for cid, spec in topology.components.items():
+        tasks = list(range(next_task, next_task + spec.parallelism))
+        next_task += spec.parallelism
+        component_tasks[cid] = tasks
+        for t in tasks:
+            task_component[t] = cid
+            task_worker[t] = slot % w
+            slot += 1
+    acker_tasks = list(range(next_task, next_task + n_ackers))
+    component_tasks[ACKER] = acker_tasks
+    for i, t in enumerate(acker_tasks):
+        task_component[t] = ACKER
+        task_worker[t] = i % w  # one acker per worker by default
+
+    streams: list[StreamInfo] = []
+    stream_ids: dict[tuple[str, str], int] = {}
+    for cid, spec in topology.components.items():
+        for sname, s in spec.streams.items():
+            sid = len(streams)
+            streams.append(StreamInfo(sid, cid, sname, s.fields))
+            stream_ids[(cid, sname)] = sid
+
+    subscriptions: dict[int, list[Subscription]] = {sid: [] for sid in range(len(streams))}
+    for cid, spec in topology.components.items():
+        seen: set[tuple[str, str]] = set()
+        for g in spec.inputs:
+            key = (g.source, g.stream)
+            if key in seen:
+                raise TopologyError(f"bolt {cid!r}: subscribes to {g.source!r} stream {g.stream!r} twice")
+            seen.add(key)
+            sid = stream_ids[key]
+            info = streams[sid]
+            subscriptions[sid].append(_subscription(cid, g, component_tasks[cid], info))
+    component_conf = {cid: dict(spec.conf) for cid, spec in topology.components.items()}
+    return Plan(topology, conf, w, component_tasks, task_component, task_worker, acker_tasks,
+                streams, stream_ids, subscriptions, component_conf)
+
+
+def _subscription(target: str, g: Grouping, tasks: list[int], info: StreamInfo) -> Subscription:
+    idx = tuple(info.index[f] for f in g.fields) if g.fields else ()
+    return Subscription(target, g.kind, sorted(tasks), idx)
+
+
+def direct_subscribers(plan: Plan, sid: int) -> set[int]:
+    out: set[int] = set()
+    for sub in plan.subscriptions.get(sid, ()):
+        if sub.kind == DIRECT:
+            out.update(sub.tasks)
+    return out

@@ -1,0 +1,83 @@
+"""The acker: XOR tracking of tuple trees (Storm's daemon/Acker.java), without I/O.
+
+The worker feeds it init/ack/fail/reset messages in any order and sends each returned outcome
+to the spout task it names. ``tick`` is called every ``topology.message.timeout.secs``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from .rotating_map import RotatingMap
+
+ACK, FAIL, RESET = 0, 1, 2
+TIMEOUT_BUCKET_NUM = 3
+
+
+class AckOutcome(NamedTuple):
+    kind: int  # ACK | FAIL | RESET
+    spout_task: int
+    root: int
+
+
+class _Entry:
+    __slots__ = ("val", "spout_task", "failed")
+
+    def __init__(self) -> None:
+        self.val = 0
+        self.spout_task = -1
+        self.failed = False
+
+
+class Acker:
+    def __init__(self, buckets: int = TIMEOUT_BUCKET_NUM) -> None:
+        self.pending = RotatingMap(buckets)
+
+    def __len__(self) -> int:
+        return len(self.pending)
+
+    def _entry(self, root: int, refresh: bool) -> _Entry:
+        e = self.pending.get(root)
+        if e is None:
+            e = _Entry()
+            self.pending.put(root, e)
+        elif refresh:
+            self.pending.put(root, e)
+        return e
+
+    def _decide(self, root: int, e: _Entry, reset: bool = False) -> AckOutcome | None:
+        if e.spout_task < 0:
+            return None  # nothing can be reported before INIT names the spout task
+        if e.val == 0:  # completion wins over a fail, as in Storm
+            self.pending.remove(root)
+            return AckOutcome(ACK, e.spout_task, root)
+        if e.failed:
+            self.pending.remove(root)
+            return AckOutcome(FAIL, e.spout_task, root)
+        if reset:
+            return AckOutcome(RESET, e.spout_task, root)
+        return None
+
+    def init(self, root: int, init_val: int, spout_task: int) -> AckOutcome | None:
+        e = self._entry(root, refresh=False)
+        e.val ^= init_val
+        e.spout_task = spout_task
+        return self._decide(root, e)
+
+    def ack(self, root: int, ack_val: int) -> AckOutcome | None:
+        e = self._entry(root, refresh=False)
+        e.val ^= ack_val
+        return self._decide(root, e)
+
+    def fail(self, root: int) -> AckOutcome | None:
+        e = self._entry(root, refresh=True)
+        e.failed = True
+        return self._decide(root, e)
+
+    def reset_timeout(self, root: int) -> AckOutcome | None:
+        e = self._entry(root, refresh=True)
+        return self._decide(root, e, reset=True)
+
+    def tick(self) -> int:
+        """Rotate; expired entries are dropped silently (the spout's own timeout reports them)."""
+        return len(self.pending.rotate())

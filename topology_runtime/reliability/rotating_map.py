@@ -1,0 +1,60 @@
+"""Storm's RotatingMap: timeouts without a timer per entry.
+
+Entries live in the head bucket when put; ``rotate`` drops the oldest bucket and returns what
+it held. With a tick every T seconds, an entry expires between (buckets-1)*T and buckets*T
+after its last put.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+
+class RotatingMap:
+    __slots__ = ("_buckets", "_on_expire")
+
+    def __init__(self, num_buckets: int, on_expire: Callable[[Any, Any], None] | None = None) -> None:
+        if num_buckets < 2:
+            raise ValueError("RotatingMap needs at least 2 buckets")
+        self._buckets: list[dict] = [{} for _ in range(num_buckets)]
+        self._on_expire = on_expire
+
+    def put(self, key: Any, value: Any) -> None:
+        buckets = self._buckets
+        buckets[0][key] = value
+        for b in buckets[1:]:
+            b.pop(key, None)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        for b in self._buckets:
+            if key in b:
+                return b[key]
+        return default
+
+    def __contains__(self, key: Any) -> bool:
+        for b in self._buckets:
+            if key in b:
+                return True
+        return False
+
+    def remove(self, key: Any, default: Any = None) -> Any:
+        for b in self._buckets:
+            if key in b:
+                return b.pop(key)
+        return default
+
+    def __len__(self) -> int:
+        return sum(len(b) for b in self._buckets)
+
+    def items(self) -> Iterator[tuple[Any, Any]]:
+        for b in self._buckets:
+            yield from b.items()
+
+    def rotate(self) -> dict:
+        """Drop the oldest bucket; return (and report to on_expire) its entries."""
+        dead = self._buckets.pop()
+        self._buckets.insert(0, {})
+        if self._on_expire is not None:
+            for k, v in dead.items():
+                self._on_expire(k, v)
+        return dead

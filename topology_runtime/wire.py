@@ -1,0 +1,71 @@
+"""What the wire format (msgpack) can carry, checked at emit time, and the stable field hash."""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import msgpack
+
+_SCALARS = frozenset((str, float, bool, bytes, type(None)))
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
+
+
+class WireTypeError(TypeError):
+    """A value the wire format cannot carry; the message names component, stream and field."""
+
+
+def _carryable(v: Any, depth: int = 0) -> bool:
+    t = type(v)
+    if t in _SCALARS:
+        return True
+    if t is int:
+        return _INT_MIN <= v <= _INT_MAX
+    if depth > 32:
+        return False
+    if t is list or t is tuple:
+        return all(_carryable(x, depth + 1) for x in v)
+    if t is dict:
+        return all(_carryable(k, depth + 1) and _carryable(x, depth + 1) for k, x in v.items())
+    return False
+
+
+def check_values(values: Any, fields: list[str], component: str, stream: str) -> list:
+    """Return ``values`` as a list, or raise naming the component, stream and field at fault."""
+    if type(values) is not list:
+        if not isinstance(values, (list, tuple)):
+            raise WireTypeError(
+                f"component {component!r} stream {stream!r}: values must be a list or tuple, "
+                f"got {type(values).__name__}"
+            )
+        values = list(values)
+    if len(values) != len(fields):
+        raise ValueError(
+            f"component {component!r} stream {stream!r}: emitted {len(values)} value(s) "
+            f"but the stream declares {len(fields)} field(s) {fields}"
+        )
+    for i, v in enumerate(values):
+        t = type(v)
+        if t is str or t is float or t is bool or v is None or t is bytes:
+            continue
+        if t is int and _INT_MIN <= v <= _INT_MAX:
+            continue
+        if not _carryable(v):
+            raise WireTypeError(
+                f"component {component!r} stream {stream!r} field {fields[i]!r}: "
+                f"{type(v).__name__} value {v!r:.80} cannot be sent between workers "
+                f"(allowed: None, bool, int (64-bit), float, str, bytes, and lists/dicts of them)"
+            )
+    return values
+
+
+def field_hash(values: list, idx: tuple[int, ...]) -> int:
+    """A hash of the grouping values that is the same in every process and on every machine."""
+    if len(idx) == 1:
+        v = values[idx[0]]
+        if type(v) is str:
+            return zlib.crc32(v.encode())
+        if type(v) is int and 0 <= v < 2**63:
+            return zlib.crc32(v.to_bytes(8, "little"))
+        return zlib.crc32(msgpack.packb(v))
+    return zlib.crc32(msgpack.packb([values[i] for i in idx]))

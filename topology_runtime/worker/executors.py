@@ -1,0 +1,375 @@
+"""Executors: one per task. They implement the collectors users call (emit, ack, fail...)
+and drive the reliability state machines; the Worker owns I/O and the loop."""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from random import getrandbits
+from typing import TYPE_CHECKING, Any
+
+from ..components import DEFAULT_STREAM, TICK_INFO, FailedException, Tuple
+from ..reliability import ACK, FAIL, Acker, AckOutcome, SpoutPending
+from ..status import LatencyHistogram
+from ..wire import check_values
+from .routing import Route
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+_TWO64 = 2**64
+_SAMPLE_MASK = 31  # time one execute in 32 (Storm samples too)
+
+
+class TaskStats:
+    __slots__ = ("emitted", "acked", "failed", "replayed", "executed", "timed_out", "execute", "complete")
+
+    def __init__(self) -> None:
+        self.emitted = self.acked = self.failed = self.replayed = self.executed = self.timed_out = 0
+        self.execute = LatencyHistogram()
+        self.complete = LatencyHistogram()
+
+    def to_dict(self) -> dict:
+        return {
+            "emitted": self.emitted, "acked": self.acked, "failed": self.failed, "replayed": self.replayed,
+            "executed": self.executed, "timed_out": self.timed_out,
+            "execute": self.execute.to_dict(), "complete": self.complete.to_dict(),
+        }
+
+
+class EmitError(ValueError):
+    """A bad emit (unknown stream, wrong target); names the component, stream and task."""
+
+
+class BaseExecutor:
+    def __init__(self, worker: "Worker", task: int, component: str, instance: Any, routes: dict[str, Route]) -> None:
+        self.worker = worker
+        self.task = task
+        self.component = component
+        self.instance = instance
+        self.routes = routes
+        self.stats = TaskStats()
+        self.log = logging.LoggerAdapter(
+            logging.getLogger("topology.task"), {"component": component, "task": task}
+        )
+
+    def _route(self, stream: str, direct: bool) -> Route:
+        route = self.routes.get(stream)
+        if route is None:
+            raise EmitError(
+                f"component {self.component!r} (task {self.task}): emit on undeclared stream {stream!r} "
+                f"(declared: {sorted(self.routes) or 'none'})"
+            )
+        if route.direct and not direct:
+            raise EmitError(
+                f"component {self.component!r} stream {stream!r}: the stream is declared direct; use emit_direct"
+            )
+        if direct and not route.direct:
+            raise EmitError(
+                f"component {self.component!r} stream {stream!r}: emit_direct on a stream not declared direct "
+                f"(declare it with Stream(fields, direct=True))"
+            )
+        return route
+
+    def _direct_target(self, route: Route, task: int, stream: str) -> list[int]:
+        if task not in route.direct_targets:
+            raise EmitError(
+                f"component {self.component!r} stream {stream!r}: emit_direct to task {task!r}, which does not "
+                f"subscribe to this stream with a direct grouping (subscribers: {sorted(route.direct_targets)})"
+            )
+        return [task]
+
+    def report_error(self, what: str, exc: BaseException) -> None:
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        self.log.error("%s raised %s: %s\n%s", what, type(exc).__name__, exc, tb.rstrip())
+        self.worker.record_error(self.component, self.task, f"{what}: {type(exc).__name__}: {exc}", tb)
+
+
+class BoltExecutor(BaseExecutor):
+    def __init__(self, worker, task, component, instance, routes, basic: bool) -> None:
+        super().__init__(worker, task, component, instance, routes)
+        self.basic = basic
+        self.current: Tuple | None = None
+        self.tracking = worker.n_ackers > 0
+        self._execute = instance.execute
+        # Bind the collector methods on the instance: user calls skip a frame.
+        instance.emit = self.emit
+        instance.emit_direct = self.emit_direct
+        instance.ack = self.ack
+        instance.fail = self.fail
+        instance.reset_timeout = self.reset_timeout
+
+    # --- collector -------------------------------------------------------------------------
+    def emit(self, values, anchors=None, stream: str = DEFAULT_STREAM) -> list[int]:
+        route = self._route(stream, False)
+        values = check_values(values, route.fields, self.component, stream)
+        targets = route.targets(values)
+        self._send(route, values, targets, anchors)
+        return targets
+
+    def emit_direct(self, task: int, values, anchors=None, stream: str = DEFAULT_STREAM) -> list[int]:
+        route = self._route(stream, True)
+        targets = self._direct_target(route, task, stream)
+        values = check_values(values, route.fields, self.component, stream)
+        self._send(route, values, targets, anchors)
+        return targets
+
+    def _send(self, route: Route, values: list, targets: list[int], anchors) -> None:
+        self.stats.emitted += 1
+        deliver = self.worker.deliver
+        info = route.info
+        if anchors is None:
+            anchors = self.current  # BasicBolt: auto-anchor to the input
+        if anchors is None or not self.tracking:
+            for t in targets:
+                deliver(t, values, info, self.task, None)
+            return
+        if type(anchors) is Tuple:
+            am = anchors.anchors
+            if not am:
+                for t in targets:
+                    deliver(t, values, info, self.task, None)
+                return
+            if len(am) == 1:  # the common case: one anchor in one tree
+                (root,) = am
+                for t in targets:
+                    edge = getrandbits(64)
+                    anchors.out_ack_val ^= edge
+                    deliver(t, values, info, self.task, {root: edge})
+                return
+            anchors = (anchors,)
+        for t in targets:
+            out: dict | None = None
+            for a in anchors:
+                am = a.anchors
+                if am:
+                    edge = getrandbits(64)
+                    a.out_ack_val ^= edge
+                    if out is None:
+                        out = {}
+                    for r in am:
+                        out[r] = out.get(r, 0) ^ edge
+            deliver(t, values, info, self.task, out)
+
+    def ack(self, tup: Tuple) -> None:
+        am = tup.anchors
+        if am:
+            buf = self.worker.ack_buf
+            oav = tup.out_ack_val
+            for r, i in am.items():
+                buf[r] = buf.get(r, 0) ^ i ^ oav
+        self.stats.acked += 1
+
+    def fail(self, tup: Tuple) -> None:
+        am = tup.anchors
+        if am:
+            self.worker.fail_buf.extend(am)
+        self.stats.failed += 1
+
+    def reset_timeout(self, tup: Tuple) -> None:
+        am = tup.anchors
+        if am:
+            self.worker.reset_buf.extend(am)
+
+    # --- execution ---------------------------------------------------------------------------
+    def process(self, tup: Tuple) -> None:
+        stats = self.stats
+        stats.executed += 1
+        sample = not (stats.executed & _SAMPLE_MASK)
+        if sample:
+            t0 = time.perf_counter()
+        if self.basic:
+            self.current = tup
+            try:
+                self._execute(tup)
+            except FailedException:
+                self.fail(tup)
+            except Exception as e:  # noqa: BLE001 - a user bug fails the tuple, the worker goes on
+                self.report_error(f"execute({tup!r:.200})", e)
+                self.fail(tup)
+            else:
+                self.ack(tup)
+            finally:
+                self.current = None
+        else:
+            try:
+                self._execute(tup)
+            except Exception as e:  # noqa: BLE001
+                self.report_error(f"execute({tup!r:.200})", e)
+                self.fail(tup)
+        if sample:
+            stats.execute.record((time.perf_counter() - t0) * 1000.0)
+
+    def tick(self, freq: float) -> None:
+        self.worker.queue.append((self, Tuple([freq], TICK_INFO, -1, None)))
+
+
+class SpoutExecutor(BaseExecutor):
+    def __init__(self, worker, task, component, instance, routes, max_pending: int | None) -> None:
+        super().__init__(worker, task, component, instance, routes)
+        self.pending = SpoutPending()
+        self.max_pending = max_pending if worker.n_ackers > 0 else None
+        self.n_ackers = worker.n_ackers
+        self.acker_slot = worker.preferred_acker_slot()
+        self.finished = False
+        self.deactivated = False
+        self.failed_ids: set = set()
+        self.next_tuple_errors = 0
+        instance.emit = self.emit
+        instance.emit_direct = self.emit_direct
+        instance.finish = self.finish
+
+    def emit(self, values, msg_id: Any = None, stream: str = DEFAULT_STREAM) -> list[int]:
+        route = self._route(stream, False)
+        values = check_values(values, route.fields, self.component, stream)
+        targets = route.targets(values)
+        self._send(route, values, targets, msg_id)
+        return targets
+
+    def emit_direct(self, task: int, values, msg_id: Any = None, stream: str = DEFAULT_STREAM) -> list[int]:
+        route = self._route(stream, True)
+        targets = self._direct_target(route, task, stream)
+        values = check_values(values, route.fields, self.component, stream)
+        self._send(route, values, targets, msg_id)
+        return targets
+
+    def finish(self) -> None:
+        self.finished = True
+
+    def _new_root(self) -> int:
+        # Root ids are random 64-bit numbers; we pick the residue mod n_ackers so the tree's
+        # acker lives in this worker when there is one (the init never crosses a process).
+        n = self.n_ackers
+        root = getrandbits(64)
+        root += self.acker_slot - root % n
+        if root >= _TWO64:
+            root -= n
+        return root
+
+    def _send(self, route: Route, values: list, targets: list[int], msg_id: Any) -> None:
+        stats = self.stats
+        stats.emitted += 1
+        w = self.worker
+        deliver = w.deliver
+        info = route.info
+        if msg_id is None:
+            for t in targets:
+                deliver(t, values, info, self.task, None)
+            return
+        if self.failed_ids:
+            try:
+                if msg_id in self.failed_ids:
+                    self.failed_ids.discard(msg_id)
+                    stats.replayed += 1
+            except TypeError:
+                pass
+        if self.n_ackers == 0:  # Storm: no ackers -> the spout's ack is called at emit
+            for t in targets:
+                deliver(t, values, info, self.task, None)
+            stats.acked += 1
+            self._callback(self.instance.ack, msg_id)
+            return
+        root = self._new_root()
+        init_val = 0
+        for t in targets:
+            edge = getrandbits(64)
+            init_val ^= edge
+            deliver(t, values, info, self.task, {root: edge})
+        self.pending.add(root, msg_id, time.perf_counter())
+        w.init_buf.append((root, init_val, self.task))
+
+    def _callback(self, fn, msg_id) -> None:
+        try:
+            fn(msg_id)
+        except Exception as e:  # noqa: BLE001
+            self.report_error(f"{fn.__name__}({msg_id!r:.100})", e)
+
+    def can_emit(self) -> bool:
+        if self.finished or self.deactivated:
+            return False
+        mp = self.max_pending
+        return mp is None or len(self.pending) < mp
+
+    def run_next_tuple(self, max_calls: int) -> int:
+        """Call next_tuple up to max_calls times while it keeps emitting; return emits."""
+        stats = self.stats
+        start = stats.emitted
+        nt = self.instance.next_tuple
+        mp = self.max_pending
+        pending = self.pending
+        for _ in range(max_calls):
+            before = stats.emitted
+            try:
+                nt()
+            except Exception as e:  # noqa: BLE001
+                self.next_tuple_errors += 1
+                self.report_error("next_tuple()", e)
+                break
+            if stats.emitted == before or self.finished or (mp is not None and len(pending) >= mp):
+                break
+        return stats.emitted - start
+
+    def on_outcome(self, kind: int, root: int) -> None:
+        if kind == ACK:
+            e = self.pending.complete(root)
+            if e is None:
+                return  # already timed out: ignored, as in Storm
+            msg_id, t0 = e
+            self.stats.acked += 1
+            self.stats.complete.record((time.perf_counter() - t0) * 1000.0)
+            self._callback(self.instance.ack, msg_id)
+        elif kind == FAIL:
+            e = self.pending.complete(root)
+            if e is None:
+                return
+            self._failed(e[0])
+        else:
+            self.pending.reset(root)
+
+    def _failed(self, msg_id) -> None:
+        self.stats.failed += 1
+        try:
+            self.failed_ids.add(msg_id)
+        except TypeError:
+            pass
+        self._callback(self.instance.fail, msg_id)
+
+    def timeout_tick(self) -> None:
+        for msg_id, _t0 in self.pending.tick():
+            self.stats.timed_out += 1
+            self._failed(msg_id)
+
+
+class AckerExecutor:
+    """Hosts one Acker state machine; outcomes go to the owning spout task."""
+
+    component = "__acker"
+
+    def __init__(self, task: int) -> None:
+        self.task = task
+        self.acker = Acker()
+        self.stats = TaskStats()
+
+    def apply_init(self, root: int, val: int, spout_task: int) -> AckOutcome | None:
+        self.stats.executed += 1
+        return self.acker.init(root, val, spout_task)
+
+    def apply_ack(self, root: int, val: int) -> AckOutcome | None:
+        self.stats.executed += 1
+        return self.acker.ack(root, val)
+
+    def apply_fail(self, root: int) -> AckOutcome | None:
+        self.stats.executed += 1
+        return self.acker.fail(root)
+
+    def apply_reset(self, root: int) -> AckOutcome | None:
+        self.stats.executed += 1
+        return self.acker.reset_timeout(root)
+
+    def count(self, outcome: AckOutcome | None) -> None:
+        if outcome is not None:
+            if outcome.kind == ACK:
+                self.stats.acked += 1
+            elif outcome.kind == FAIL:
+                self.stats.failed += 1

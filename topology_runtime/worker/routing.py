@@ -1,0 +1,84 @@
+"""Per-stream routing: which tasks a tuple goes to, for each grouping."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from typing import Callable
+
+from ..builder import ALL, DIRECT, FIELDS, GLOBAL, LOCAL_OR_SHUFFLE, NONE, SHUFFLE
+from ..components import StreamInfo
+from ..plan import Plan
+from ..wire import field_hash
+
+Picker = Callable[[list], list]
+
+
+def _cycle(tasks: list[int], seed: int) -> Callable[[], int]:
+    # Storm's shuffle grouping: a shuffled round robin, reshuffled per task for spread.
+    order = list(tasks)
+    random.Random(seed).shuffle(order)
+    return itertools.cycle(order).__next__
+
+
+def make_picker(kind: str, tasks: list[int], field_idx: tuple[int, ...], local_tasks: set[int], seed: int) -> Picker | None:
+    if kind in (SHUFFLE, NONE):
+        nxt = _cycle(tasks, seed)
+        return lambda values: [nxt()]
+    if kind == LOCAL_OR_SHUFFLE:
+        local = [t for t in tasks if t in local_tasks]
+        nxt = _cycle(local or tasks, seed)
+        return lambda values: [nxt()]
+    if kind == FIELDS:
+        n = len(tasks)
+        return lambda values: [tasks[field_hash(values, field_idx) % n]]
+    if kind == GLOBAL:
+        lowest = [min(tasks)]
+        return lambda values: lowest
+    if kind == ALL:
+        every = list(tasks)
+        return lambda values: every
+    if kind == DIRECT:
+        return None
+    raise ValueError(f"unknown grouping {kind!r}")
+
+
+class Route:
+    """Everything an emit on one (component, stream) needs."""
+
+    __slots__ = ("info", "fields", "direct", "direct_targets", "targets")
+
+    def __init__(self, info: StreamInfo, direct: bool, pickers: list[Picker], direct_targets: set[int]) -> None:
+        self.info = info
+        self.fields = info.fields
+        self.direct = direct
+        self.direct_targets = direct_targets
+        if not pickers:
+            self.targets = lambda values: []
+        elif len(pickers) == 1:
+            self.targets = pickers[0]
+        else:
+            def targets(values: list, _p=tuple(pickers)) -> list[int]:
+                out: list[int] = []
+                for p in _p:
+                    out.extend(p(values))
+                return out
+            self.targets = targets
+
+
+def build_routes(plan: Plan, component: str, task: int, local_tasks: set[int]) -> dict[str, Route]:
+    spec = plan.spec(component)
+    routes: dict[str, Route] = {}
+    for sname, decl in spec.streams.items():
+        sid = plan.stream_ids[(component, sname)]
+        pickers: list[Picker] = []
+        direct_targets: set[int] = set()
+        for sub in plan.subscriptions.get(sid, ()):
+            if sub.kind == DIRECT:
+                direct_targets.update(sub.tasks)
+                continue
+            p = make_picker(sub.kind, sub.tasks, sub.field_idx, local_tasks, seed=task * 7919 + sid)
+            if p is not None:
+                pickers.append(p)
+        routes[sname] = Route(plan.streams[sid], decl.direct, pickers, direct_targets)
+    return routes

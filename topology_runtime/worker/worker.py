@@ -1,0 +1,469 @@
+"""The worker: one OS process, one event loop, all of its tasks' executors.
+
+Per iteration: read inbound batches and control messages, run local tuples, let spouts emit
+(unless the outbound backlog is over its high-water mark: back-pressure never blocks the loop),
+flush XOR-combined acks and one batch per peer, fire timers. Tuples inside the process move
+by reference; across processes they go as one msgpack batch per peer per iteration.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import zmq
+
+from ..builder import is_basic
+from ..components import Tuple, TopologyContext
+from ..plan import ACKER, Plan
+from ..transport import ControlClient, DataTransport, pack, unpack
+from .executors import AckerExecutor, BoltExecutor, SpoutExecutor
+from .routing import build_routes
+
+log = logging.getLogger("topology.worker")
+
+# Indices of the sections of a batch between workers.
+DATA, INIT, ACKS, FAILS, RESETS, OUTCOMES = range(6)
+SPOUT_CALLS_PER_ITERATION = 64
+QUEUE_BUDGET = 20000
+PEER_WAIT_SECS = 120.0
+
+
+@dataclass
+class WorkerSpec:
+    topology_id: str
+    plan: Plan
+    index: int
+    incarnation: int
+    control_address: str
+    secret: bytes
+    host: str = "127.0.0.1"
+
+
+class _ContextFilter(logging.Filter):
+    def __init__(self, topology: str, worker: int) -> None:
+        super().__init__()
+        self.topology, self.worker = topology, worker
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.topology = self.topology
+        record.worker = self.worker
+        if not hasattr(record, "component"):
+            record.component = "-"
+            record.task = "-"
+        return True
+
+
+def setup_worker_logging(topology_id: str, index: int, debug: bool = False) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(_ContextFilter(topology_id, index))
+    handler.setFormatter(logging.Formatter(
+        "%(asctime)s %(levelname)s [%(topology)s worker=%(worker)s %(component)s task=%(task)s] %(message)s"
+    ))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if debug else logging.INFO)
+
+
+class FatalStartupError(Exception):
+    pass
+
+
+class Worker:
+    def __init__(self, spec: WorkerSpec) -> None:
+        self.spec = spec
+        self.plan: Plan = spec.plan
+        self.conf: dict[str, Any] = dict(spec.plan.conf)
+        self.index = spec.index
+        self.conf["topology.name"] = spec.topology_id
+        plan = self.plan
+        self.n_ackers = len(plan.acker_tasks)
+        self.acker_tasks = plan.acker_tasks
+        self.streams = plan.streams
+        self.batch_size = int(self.conf["topology.transfer.batch.size"])
+
+        self.queue: deque = deque()
+        self.ack_buf: dict[int, int] = {}
+        self.fail_buf: list[int] = []
+        self.reset_buf: list[int] = []
+        self.init_buf: list[tuple[int, int, int]] = []
+        self.outbox: dict[int, list[list]] = {}
+        self.errors: list[dict] = []
+        self.errors_dropped = 0
+
+        self.sent_batches = 0
+        self.recv_batches = 0
+        self.misrouted = 0
+        self.stop_requested = False
+        self.draining = False
+        self._peer_addr: dict[int, str] = {}
+
+        self.local_tasks = set(plan.tasks_of_worker(self.index))
+        self.task_worker = plan.task_worker
+        self.local_bolts: dict[int, BoltExecutor] = {}
+        self.local_spouts: dict[int, SpoutExecutor] = {}
+        self.local_ackers: dict[int, AckerExecutor] = {}
+
+        self.transport = DataTransport(
+            spec.secret,
+            send_hwm=int(self.conf["topology.transfer.buffer.size"]),
+            recv_hwm=int(self.conf["topology.executor.receive.buffer.size"]),
+            host=spec.host,
+        )
+        self.address = self.transport.bind()
+        self.control = ControlClient(self.transport.ctx, spec.secret, spec.control_address,
+                                     f"w{self.index}".encode())
+
+    # --- helpers used by executors ----------------------------------------------------------------
+    def preferred_acker_slot(self, _counter=[0]) -> int:  # noqa: B006 - spreads spouts over local ackers
+        local = [i for i, t in enumerate(self.acker_tasks) if t in self.local_tasks]
+        if local:
+            _counter[0] += 1
+            return local[_counter[0] % len(local)]
+        return self.index % max(1, self.n_ackers)
+
+    def deliver(self, task: int, values: list, info, src: int, anchors: dict | None) -> None:
+        ex = self.local_bolts.get(task)
+        if ex is not None:
+            self.queue.append((ex, Tuple(values, info, src, anchors)))
+            return
+        w = self.task_worker[task]
+        ob = self.outbox.get(w)
+        if ob is None:
+            ob = self.outbox[w] = [[], [], [], [], [], []]
+        data = ob[DATA]
+        data.append((task, src, info.sid, values, anchors))
+        if len(data) >= self.batch_size:
+            self._send_peer(w)
+
+    def record_error(self, component: str, task: int, text: str, tb: str) -> None:
+        if len(self.errors) < int(self.conf["topology.max.error.report.per.interval"]):
+            self.errors.append({"component": component, "task": task, "error": text, "traceback": tb,
+                                "worker": self.index, "time": time.time()})
+        else:
+            self.errors_dropped += 1
+
+    # --- setup -------------------------------------------------------------------------------------
+    def _hello(self) -> None:
+        self.control.send({"t": "hello", "w": self.index, "inc": self.spec.incarnation,
+                           "addr": self.address, "pid": os.getpid()})
+
+    def _wait_for_peers(self) -> None:
+        deadline = time.monotonic() + PEER_WAIT_SECS
+        self._hello()
+        last_hello = time.monotonic()
+        while time.monotonic() < deadline:
+            if self.control.sock.poll(200):
+                for msg in self.control.recv_all():
+                    if msg.get("t") == "peers":
+                        self._connect_peers(msg["peers"])
+                        return
+                    if msg.get("t") == "stop":
+                        raise SystemExit(0)
+            if time.monotonic() - last_hello > 2.0:  # the supervisor may have missed it
+                self._hello()
+                last_hello = time.monotonic()
+        raise FatalStartupError(f"worker {self.index}: no peer addresses from the supervisor in {PEER_WAIT_SECS}s")
+
+    def _connect_peers(self, peers: dict) -> None:
+        for w, addr in peers.items():
+            w = int(w)
+            if w != self.index and self._peer_addr.get(w) != addr:
+                self.transport.connect(w, addr)  # a restarted peer binds a new address
+                self._peer_addr[w] = addr
+
+    def _start_tasks(self) -> None:
+        plan = self.plan
+        tasks_map = {c: list(t) for c, t in plan.component_tasks.items()}
+        max_pending = self.conf.get("topology.max.spout.pending")
+        for task in sorted(self.local_tasks):
+            cid = plan.task_component[task]
+            if cid == ACKER:
+                self.local_ackers[task] = AckerExecutor(task)
+                continue
+            spec = plan.spec(cid)
+            instance = spec.new_instance()
+            routes = build_routes(plan, cid, task, self.local_tasks)
+            conf = dict(self.conf)
+            conf.update(plan.component_conf.get(cid, {}))
+            ctx = TopologyContext(task, cid, plan.task_index(task), tasks_map, self.spec.topology_id, self.index)
+            if spec.is_spout:
+                ex = SpoutExecutor(self, task, cid, instance, routes, max_pending)
+                self.local_spouts[task] = ex
+                self._open(ex, lambda: instance.open(conf, ctx), "open")
+            else:
+                ex = BoltExecutor(self, task, cid, instance, routes, basic=is_basic(instance))
+                self.local_bolts[task] = ex
+                self._open(ex, lambda: instance.prepare(conf, ctx), "prepare")
+
+    def _open(self, ex, fn, what: str) -> None:
+        try:
+            fn()
+        except Exception as e:
+            import traceback
+
+            tb = traceback.format_exc()
+            ex.log.error("%s() raised %s: %s\n%s", what, type(e).__name__, e, tb.rstrip())
+            self.control.send({"t": "fatal", "w": self.index, "component": ex.component, "task": ex.task,
+                               "error": f"{ex.component}[{ex.task}] {what}() raised {type(e).__name__}: {e}",
+                               "traceback": tb})
+            raise FatalStartupError(str(e)) from e
+
+    def _tick_schedule(self, now: float) -> list[list]:
+        sched = []
+        by_comp: dict[str, list[BoltExecutor]] = {}
+        for ex in self.local_bolts.values():
+            by_comp.setdefault(ex.component, []).append(ex)
+        for cid, exs in by_comp.items():
+            freq = self.plan.component_conf.get(cid, {}).get("topology.tick.tuple.freq.secs",
+                                                             self.conf.get("topology.tick.tuple.freq.secs"))
+            if freq:
+                sched.append([float(freq), exs, now + float(freq)])
+        return sched
+
+    # --- the loop ------------------------------------------------------------------------------------
+    def run(self) -> int:
+        self._wait_for_peers()
+        self._start_tasks()
+        log.info("worker %d (incarnation %d) running %d task(s) at %s", self.index, self.spec.incarnation,
+                 len(self.local_tasks), self.address)
+        self.control.send({"t": "ready", "w": self.index, "inc": self.spec.incarnation})
+        conf = self.conf
+        timeouts = bool(conf["topology.enable.message.timeouts"])
+        timeout_secs = float(conf["topology.message.timeout.secs"])
+        stats_every = float(conf["topology.stats.interval.secs"])
+        idle_ms = max(1, int(conf["topology.sleep.spout.wait.strategy.time.ms"]))
+        now = time.monotonic()
+        next_timeout = now + timeout_secs
+        next_stats = now + min(stats_every, 0.2)
+        ticks = self._tick_schedule(now)
+        poller = zmq.Poller()
+        pull = self.transport.pull
+        ctl = self.control.sock
+        poller.register(pull, zmq.POLLIN)
+        poller.register(ctl, zmq.POLLIN)
+        spouts = list(self.local_spouts.values())
+        transport = self.transport
+        wait_ms = 0
+        while not self.stop_requested:
+            events = dict(poller.poll(wait_ms))
+            busy = False
+            if ctl in events:
+                self._handle_control()
+            if pull in events:
+                for payload in transport.recv_payloads(64):
+                    self._handle_batch(payload)
+                    busy = True
+            if self.queue:
+                self._drain_queue()
+                busy = True
+            if spouts and not transport.backlogged():
+                emitted = 0
+                for s in spouts:
+                    if s.can_emit():
+                        emitted += s.run_next_tuple(SPOUT_CALLS_PER_ITERATION)
+                if emitted:
+                    busy = True
+                    self._drain_queue()
+            self._flush()
+            now = time.monotonic()
+            if timeouts and now >= next_timeout:
+                next_timeout = now + timeout_secs
+                for a in self.local_ackers.values():
+                    a.acker.tick()
+                for s in spouts:
+                    s.timeout_tick()
+            for t in ticks:
+                if now >= t[2]:
+                    t[2] = now + t[0]
+                    for ex in t[1]:
+                        ex.tick(t[0])
+                    busy = True
+            if now >= next_stats:
+                next_stats = now + stats_every
+                self._send_stats()
+            if busy or self.queue:
+                wait_ms = 0
+            elif any(s.can_emit() for s in spouts) and not transport.backlogged():
+                wait_ms = idle_ms
+            else:
+                wait_ms = 20 if not transport.backlogged() else 1
+        self._shutdown()
+        return 0
+
+    def _drain_queue(self) -> None:
+        q = self.queue
+        pop = q.popleft
+        n = 0
+        while q and n < QUEUE_BUDGET:
+            ex, tup = pop()
+            ex.process(tup)
+            n += 1
+            if not (n & 1023):
+                self._flush()  # keep acks and batches flowing on long runs
+
+    def _handle_batch(self, payload: bytes) -> None:
+        self.recv_batches += 1
+        msg = unpack(payload)
+        data, inits, acks, fails, resets, outcomes = msg[1:7]
+        if data:
+            q = self.queue
+            streams = self.streams
+            bolts = self.local_bolts
+            for task, src, sid, values, anchors in data:
+                ex = bolts.get(task)
+                if ex is None:
+                    self.misrouted += 1
+                    continue
+                q.append((ex, Tuple(values, streams[sid], src, anchors)))
+        if inits or acks or fails or resets:
+            self._apply_acker_msgs(inits, acks.items() if isinstance(acks, dict) else acks, fails, resets)
+        for spout_task, kind, root in outcomes:
+            sp = self.local_spouts.get(spout_task)
+            if sp is not None:
+                sp.on_outcome(kind, root)
+
+    def _acker_for(self, root: int) -> tuple[AckerExecutor | None, int]:
+        task = self.acker_tasks[root % self.n_ackers]
+        return self.local_ackers.get(task), task
+
+    def _outbox_for_task(self, task: int) -> list[list]:
+        w = self.task_worker[task]
+        ob = self.outbox.get(w)
+        if ob is None:
+            ob = self.outbox[w] = [[], [], [], [], [], []]
+        return ob
+
+    def _outcome(self, ex: AckerExecutor, outcome) -> None:
+        if outcome is None:
+            return
+        ex.count(outcome)
+        sp = self.local_spouts.get(outcome.spout_task)
+        if sp is not None:
+            sp.on_outcome(outcome.kind, outcome.root)
+        else:
+            self._outbox_for_task(outcome.spout_task)[OUTCOMES].append(
+                (outcome.spout_task, outcome.kind, outcome.root))
+
+    def _apply_acker_msgs(self, inits, acks, fails, resets) -> None:
+        acker_for = self._acker_for
+        for root, val, st in inits:
+            ex, task = acker_for(root)
+            if ex is None:
+                self._outbox_for_task(task)[INIT].append((root, val, st))
+            else:
+                self._outcome(ex, ex.apply_init(root, val, st))
+        for root, val in acks:
+            ex, task = acker_for(root)
+            if ex is None:
+                self._outbox_for_task(task)[ACKS].append((root, val))
+            else:
+                self._outcome(ex, ex.apply_ack(root, val))
+        for root in fails:
+            ex, task = acker_for(root)
+            if ex is None:
+                self._outbox_for_task(task)[FAILS].append(root)
+            else:
+                self._outcome(ex, ex.apply_fail(root))
+        for root in resets:
+            ex, task = acker_for(root)
+            if ex is None:
+                self._outbox_for_task(task)[RESETS].append(root)
+            else:
+                self._outcome(ex, ex.apply_reset(root))
+
+    def _flush(self) -> None:
+        # Spout callbacks run while applying outcomes may emit again: loop until quiet.
+        while self.init_buf or self.ack_buf or self.fail_buf or self.reset_buf:
+            inits, self.init_buf = self.init_buf, []
+            acks, self.ack_buf = self.ack_buf, {}
+            fails, self.fail_buf = self.fail_buf, []
+            resets, self.reset_buf = self.reset_buf, []
+            # XOR-combined per root: zero means "no change" (every edge cancelled out).
+            self._apply_acker_msgs(inits, [(r, v) for r, v in acks.items() if v], fails, resets)
+        for w in list(self.outbox):
+            self._send_peer(w)
+        self.transport.flush()
+
+    def _send_peer(self, w: int) -> None:
+        ob = self.outbox.pop(w, None)
+        if ob is None or not any(ob):
+            return
+        self.transport.send(w, pack([self.index, *ob]))
+        self.sent_batches += 1
+
+    # --- control ----------------------------------------------------------------------------------
+    def _handle_control(self) -> None:
+        for msg in self.control.recv_all():
+            t = msg.get("t")
+            if t == "probe":
+                self._flush()
+                spouts = self.local_spouts.values()
+                self.control.send({
+                    "t": "probe_reply", "w": self.index, "inc": self.spec.incarnation, "seq": msg["seq"],
+                    "idle": not self.queue and not self.transport.backlogged(),
+                    "finished": all(s.finished or s.deactivated for s in spouts),
+                    "pending": sum(len(s.pending) for s in spouts),
+                    "counters": [self.sent_batches, self.recv_batches,
+                                 sum(e.stats.executed for e in self.local_bolts.values()),
+                                 sum(e.stats.emitted for e in spouts)],
+                })
+            elif t == "peers":
+                self._connect_peers(msg["peers"])
+            elif t == "drain":
+                self.draining = True
+                for s in self.local_spouts.values():
+                    s.deactivated = True
+            elif t == "stop":
+                self.stop_requested = True
+
+    def stats_snapshot(self) -> dict:
+        tasks: dict[int, dict] = {}
+        for group in (self.local_spouts, self.local_bolts, self.local_ackers):
+            for task, ex in group.items():
+                tasks[task] = ex.stats.to_dict()
+        return {"tasks": tasks, "queue": len(self.queue), "backlog": self.transport.backlogged(),
+                "pending": sum(len(s.pending) for s in self.local_spouts.values()),
+                "acker_pending": sum(len(a.acker) for a in self.local_ackers.values()),
+                "misrouted": self.misrouted, "rejected": self.transport.rejected}
+
+    def _send_stats(self, final: bool = False) -> None:
+        errors, self.errors = self.errors, []
+        self.control.send({"t": "stopped" if final else "stats", "w": self.index, "inc": self.spec.incarnation,
+                           "stats": self.stats_snapshot(), "errors": errors})
+
+    def _shutdown(self) -> None:
+        for s in self.local_spouts.values():
+            try:
+                s.instance.close()
+            except Exception as e:  # noqa: BLE001
+                s.report_error("close()", e)
+        for b in self.local_bolts.values():
+            try:
+                b.instance.cleanup()
+            except Exception as e:  # noqa: BLE001
+                b.report_error("cleanup()", e)
+        self._send_stats(final=True)
+        log.info("worker %d stopped", self.index)
+        self.control.close()
+        self.transport.close()
+
+
+def run_worker(spec: WorkerSpec) -> int:
+    """Process entry point shared by every launcher."""
+    setup_worker_logging(spec.topology_id, spec.index, bool(spec.plan.conf.get("topology.debug")))
+    try:
+        worker = Worker(spec)
+    except Exception:
+        log.exception("worker %d could not start", spec.index)
+        return 3
+    try:
+        return worker.run()
+    except FatalStartupError:
+        time.sleep(0.2)  # let the fatal report leave the socket
+        return 3
