@@ -32,6 +32,20 @@ def _carryable(v: Any, depth: int = 0) -> bool:
 
 def check_values(values: Any, fields: list[str], component: str, stream: str) -> list:
     """Return ``values`` as a list, or raise naming the component, stream and field at fault."""
+    if type(values) is list and len(values) == len(fields):
+        for v in values:  # the hot path: flat scalar values
+            t = type(v)
+            if t is str or t is float or t is bool or v is None or t is bytes:
+                continue
+            if t is int and _INT_MIN <= v <= _INT_MAX:
+                continue
+            break
+        else:
+            return values
+    return _check_slow(values, fields, component, stream)
+
+
+def _check_slow(values: Any, fields: list[str], component: str, stream: str) -> list:
     if type(values) is not list:
         if not isinstance(values, (list, tuple)):
             raise WireTypeError(
