@@ -11,6 +11,7 @@ from typing import Sequence
 
 from .builder import TopologyError
 from .config import ConfigError, coerce_cli_value
+from .reporter import progress_line
 from .status import FINAL_STATES, RunStatus
 
 
@@ -22,18 +23,6 @@ def _conf_pairs(pairs: Sequence[str] | None) -> dict:
             raise SystemExit(f"topology: --conf expects key=value, got {item!r}")
         conf[key.strip()] = coerce_cli_value(value)
     return conf
-
-
-def progress_line(status: RunStatus, prev: dict[str, int], dt: float) -> str:
-    parts = []
-    for name, c in status.components.items():
-        done = c.emitted if c.executed == 0 else c.executed
-        rate = (done - prev.get(name, 0)) / dt if dt > 0 else 0.0
-        prev[name] = done
-        label = f"emitted={c.emitted} acked={c.acked}" if c.executed == 0 else f"executed={c.executed}"
-        fail = f" failed={c.failed}" if c.failed else ""
-        parts.append(f"{name}: {label}{fail} ({rate:,.0f}/s)")
-    return f"[{status.state} {status.uptime_secs:.0f}s] " + " | ".join(parts)
 
 
 def watch(run, interval: float, timeout: float | None, out=sys.stdout) -> RunStatus:

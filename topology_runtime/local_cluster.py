@@ -50,10 +50,8 @@ def load_topology(ref: Any) -> Topology:
 
 def _worker_main(spec: WorkerSpec) -> None:
     import os
-    import random
     import sys
 
-    random.seed()  # forked children must not share the parent's id sequence
     os.environ.setdefault("TOPOLOGY_WORKER_INDEX", str(spec.index))
     sys.exit(run_worker(spec))
 

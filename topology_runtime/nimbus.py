@@ -104,6 +104,47 @@ class RunSupervisor:
                         self.name, index, exitcode, self.restarts, self.max_restarts)
             return True
 
+    def stage_failed(self, reason: str) -> bool:
+        """Every worker ended at once (a Spark barrier stage failed). True: relaunch them all."""
+        with self.lock:
+            if self._stop_reason is not None or self.state in FINAL_STATES:
+                for slot in self.slots.values():
+                    slot.stopped = True
+                self._finish()
+                return False
+            for slot in self.slots.values():
+                self._retire(slot)
+                slot.address = None
+            startup = [s for s in self.slots.values() if s.startup_failures >= MAX_STARTUP_FAILURES]
+            if startup:
+                last = next((e for e in reversed(self.errors) if e.get("fatal")), None)
+                self._fail(f"worker {startup[0].index} failed to start {startup[0].startup_failures} times"
+                           + (f": {last['error']}" if last else ""))
+            elif self.restarts >= self.max_restarts:
+                self._fail(f"workers died ({reason}) and the restart limit "
+                           f"(topology.max.restarts={self.max_restarts}) is used up")
+            else:
+                self.restarts += 1
+                self._peers_sent = False
+                if self.state == RUNNING:
+                    self.state = STARTING
+                log.warning("run %s: workers died (%s); relaunching them (restart %d of %d)",
+                            self.name, reason, self.restarts, self.max_restarts)
+                return True
+            for slot in self.slots.values():
+                slot.stopped = True
+            self._finish()
+            return False
+
+    def workers_info(self) -> dict:
+        with self.lock:
+            now = time.monotonic()
+            return {str(i): {"incarnation": s.incarnation, "address": s.address, "pid": s.extra.get("pid"),
+                             "heartbeat_age_secs": round(now - s.last_seen, 2) if s.last_seen else None,
+                             "queue": s.extra.get("queue"), "backlog": s.extra.get("backlog"),
+                             "pending": s.extra.get("pending"), "ready": s.ready}
+                    for i, s in self.slots.items()}
+
     def request_kill(self, drain: bool = False) -> None:
         with self.lock:
             if self.state in FINAL_STATES or self._stop_reason is not None:
@@ -170,6 +211,7 @@ class RunSupervisor:
                 slot.ready = False
                 slot.stopped = False
             slot.address = msg["addr"]
+            slot.extra["pid"] = msg.get("pid")
             slot.last_seen = time.monotonic()
             if self._stop_reason is not None:
                 self._send(slot, {"t": "stop"})
@@ -196,7 +238,7 @@ class RunSupervisor:
                 log.info("run %s: running on %d worker(s)", self.name, len(self.slots))
         elif t in ("stats", "stopped"):
             slot.stats = msg["stats"].get("tasks", {})
-            slot.extra = {k: v for k, v in msg["stats"].items() if k != "tasks"}
+            slot.extra = {"pid": slot.extra.get("pid"), **{k: v for k, v in msg["stats"].items() if k != "tasks"}}
             self._add_errors(msg.get("errors") or [])
             if t == "stopped":
                 slot.stopped = True

@@ -153,9 +153,16 @@ class Worker:
         self.control.send({"t": "hello", "w": self.index, "inc": self.spec.incarnation,
                            "addr": self.address, "pid": os.getpid()})
 
+    def set_peers(self, peers: dict) -> None:
+        """Peer addresses known up front (Spark's allGather); else the supervisor sends them."""
+        self._connect_peers(peers)
+        self._preset_peers = True
+
     def _wait_for_peers(self) -> None:
         deadline = time.monotonic() + PEER_WAIT_SECS
         self._hello()
+        if getattr(self, "_preset_peers", False):
+            return
         last_hello = time.monotonic()
         while time.monotonic() < deadline:
             if self.control.sock.poll(200):
@@ -427,7 +434,7 @@ class Worker:
         for group in (self.local_spouts, self.local_bolts, self.local_ackers):
             for task, ex in group.items():
                 tasks[task] = ex.stats.to_dict()
-        return {"tasks": tasks, "queue": len(self.queue), "backlog": self.transport.backlogged(),
+        return {"tasks": tasks, "queue": len(self.queue), "pid": os.getpid(), "backlog": self.transport.backlogged(),
                 "pending": sum(len(s.pending) for s in self.local_spouts.values()),
                 "acker_pending": sum(len(a.acker) for a in self.local_ackers.values()),
                 "misrouted": self.misrouted, "rejected": self.transport.rejected}
@@ -454,11 +461,20 @@ class Worker:
         self.transport.close()
 
 
-def run_worker(spec: WorkerSpec) -> int:
-    """Process entry point shared by every launcher."""
+def run_worker(spec: WorkerSpec, peers_from=None) -> int:
+    """Process entry point shared by every launcher.
+
+    ``peers_from(address) -> {index: address}`` exchanges addresses directly (Spark's
+    allGather); without it the supervisor hands them out.
+    """
+    import random
+
+    random.seed()  # forked processes must not share the parent's tuple id sequence
     setup_worker_logging(spec.topology_id, spec.index, bool(spec.plan.conf.get("topology.debug")))
     try:
         worker = Worker(spec)
+        if peers_from is not None:
+            worker.set_peers(peers_from(worker.address))
     except Exception:
         log.exception("worker %d could not start", spec.index)
         return 3

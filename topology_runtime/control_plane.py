@@ -1,0 +1,211 @@
+"""The control plane in Redis: run registry, lease, status/metrics/heartbeats, kill requests.
+
+Key layout (docs/operations.md): every control record of topology ``ID`` shares the Redis
+Cluster hash tag ``{ID:ctl}``; the registry of run names is ``topology:runs``.
+
+    topology:runs                  zset   run id -> last start time
+    topology:{ID:ctl}:run          hash   launcher, master, workers, driver host/pid, started, state, log
+    topology:{ID:ctl}:lease        string fencing token of the live run (expires unless renewed)
+    topology:{ID:ctl}:token        int    last fencing token handed out
+    topology:{ID:ctl}:epoch        int    worker launches (Spark barrier stages) so far
+    topology:{ID:ctl}:kill         string "kill" | "drain": a request to the live run
+    topology:{ID:ctl}:status       string JSON RunStatus + workers (heartbeats), refreshed every few seconds
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from .status import FINAL_STATES, ComponentStats, RunStatus
+
+REGISTRY = "topology:runs"
+LEASE_TTL_MS = 15000
+RECORD_TTL_SECS = 7 * 24 * 3600  # a finished run's records expire after a week
+
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
+class LeaseKeeper:
+    """Renews a run's lease from its own thread from the moment it is taken (JVM start-up can
+    outlast the lease), and calls ``on_lost`` if another run took it over."""
+
+    def __init__(self, control: "ControlPlane", topology_id: str, token: int, on_lost) -> None:
+        import threading
+
+        self.control, self.topology_id, self.token, self.on_lost = control, topology_id, token, on_lost
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lease-keeper", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import logging
+
+        log = logging.getLogger("topology.driver")
+        while not self._stop.wait(LEASE_TTL_MS / 5000):
+            try:
+                self.control.renew(self.topology_id, self.token)
+            except LeaseLost as e:
+                log.error("%s: another run took over this topology id; stopping", e)
+                self.on_lost()
+                return
+            except redis.RedisError as e:  # keep trying: the lease outlives short outages
+                log.warning("control plane: could not renew the lease (%s); retrying", e)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+class RunAlreadyLive(RuntimeError):
+    """A second live run of the same topology id."""
+
+
+class LeaseLost(RuntimeError):
+    """This run's lease expired or was taken over: it must stop writing."""
+
+
+def key(topology_id: str, name: str) -> str:
+    return f"topology:{{{topology_id}:ctl}}:{name}"
+
+
+@dataclass
+class RunRecord:
+    name: str
+    info: dict[str, str]
+    status: dict[str, Any] | None
+    live: bool
+
+    @property
+    def state(self) -> str:
+        if self.status and self.status.get("state"):
+            return self.status["state"]
+        return self.info.get("state", "unknown")
+
+
+def status_from_dict(d: dict[str, Any]) -> RunStatus:
+    return RunStatus(
+        name=d.get("name", ""), state=d.get("state", "unknown"), error=d.get("error"),
+        components={k: ComponentStats(**v) for k, v in (d.get("components") or {}).items()},
+        system_components={k: ComponentStats(**v) for k, v in (d.get("system_components") or {}).items()},
+        restarts=int(d.get("restarts", 0)), errors=list(d.get("errors") or []),
+        uptime_secs=float(d.get("uptime_secs", 0.0)),
+    )
+
+
+class ControlPlane:
+    """Client of the control records; used by launchers (writers) and the CLI (readers)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.redis = redis.Redis.from_url(url, decode_responses=True, socket_timeout=10,
+                                          health_check_interval=30)
+        self._renew = self.redis.register_script(_RENEW)
+        self._release = self.redis.register_script(_RELEASE)
+
+    # --- writer side (the live run) ---------------------------------------------------------------
+    def register(self, topology_id: str, launcher: str, workers: int, **info: Any) -> int:
+        """Take the run's lease (fencing token) or raise RunAlreadyLive naming the live run."""
+        r = self.redis
+        token = int(r.incr(key(topology_id, "token")))
+        if not r.set(key(topology_id, "lease"), token, nx=True, px=LEASE_TTL_MS):
+            live = r.hgetall(key(topology_id, "run"))
+            raise RunAlreadyLive(
+                f"topology {topology_id!r} is already live (launcher {live.get('launcher', '?')}, "
+                f"driver {live.get('host', '?')} pid {live.get('pid', '?')}, started {live.get('started', '?')}); "
+                f"kill it first: topology kill {topology_id}"
+            )
+        record = {
+            "launcher": launcher, "workers": workers, "host": socket.gethostname(), "pid": os.getpid(),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "state": "starting", "token": token,
+            **{k: v for k, v in info.items() if v is not None},
+        }
+        pipe = r.pipeline()
+        pipe.delete(key(topology_id, "run"), key(topology_id, "kill"), key(topology_id, "status"))
+        pipe.hset(key(topology_id, "run"), mapping={k: str(v) for k, v in record.items()})
+        pipe.zadd(REGISTRY, {topology_id: time.time()})
+        pipe.execute()
+        return token
+
+    def renew(self, topology_id: str, token: int) -> None:
+        if not self._renew(keys=[key(topology_id, "lease")], args=[token, LEASE_TTL_MS]):
+            raise LeaseLost(f"topology {topology_id!r}: lease {token} lost")
+
+    def next_epoch(self, topology_id: str) -> int:
+        return int(self.redis.incr(key(topology_id, "epoch"))) - 1
+
+    def publish(self, topology_id: str, status: RunStatus, workers: dict | None = None, **info: Any) -> None:
+        d = status.to_dict()
+        d["workers"] = workers or {}
+        d["updated"] = time.time()
+        pipe = self.redis.pipeline()
+        pipe.set(key(topology_id, "status"), json.dumps(d))
+        fields = {"state": status.state, **{k: str(v) for k, v in info.items() if v is not None}}
+        pipe.hset(key(topology_id, "run"), mapping=fields)
+        pipe.execute()
+
+    def kill_request(self, topology_id: str) -> str | None:
+        return self.redis.get(key(topology_id, "kill"))
+
+    def finish(self, topology_id: str, token: int, status: RunStatus, workers: dict | None = None) -> None:
+        self.publish(topology_id, status, workers, ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        pipe = self.redis.pipeline()
+        for name in ("run", "status", "token", "epoch"):
+            pipe.expire(key(topology_id, name), RECORD_TTL_SECS)
+        pipe.delete(key(topology_id, "kill"))
+        pipe.execute()
+        self._release(keys=[key(topology_id, "lease")], args=[token])
+
+    # --- reader side (CLI, Airflow) -------------------------------------------------------------
+    def request_kill(self, topology_id: str, drain: bool = False) -> bool:
+        """Ask the live run to stop; False if no run of that id is live."""
+        if not self.redis.exists(key(topology_id, "lease")):
+            return False
+        self.redis.set(key(topology_id, "kill"), "drain" if drain else "kill", ex=3600)
+        return True
+
+    def is_live(self, topology_id: str) -> bool:
+        return bool(self.redis.exists(key(topology_id, "lease")))
+
+    def get(self, topology_id: str) -> RunRecord | None:
+        pipe = self.redis.pipeline()
+        pipe.hgetall(key(topology_id, "run"))
+        pipe.get(key(topology_id, "status"))
+        pipe.exists(key(topology_id, "lease"))
+        info, status, live = pipe.execute()
+        if not info and not status:
+            return None
+        rec = RunRecord(topology_id, info, json.loads(status) if status else None, bool(live))
+        if not rec.live and rec.state not in FINAL_STATES:
+            # The driver vanished without a final word (killed -9, machine lost).
+            rec.info["state"] = "lost"
+            if rec.status:
+                rec.status["state"] = "lost"
+        return rec
+
+    def list(self) -> list[RunRecord]:
+        names = self.redis.zrevrange(REGISTRY, 0, -1)
+        out = []
+        for name in names:
+            rec = self.get(name)
+            if rec is None:
+                self.redis.zrem(REGISTRY, name)  # its records expired
+                continue
+            out.append(rec)
+        return out

@@ -1,0 +1,108 @@
+"""What a live run tells the outside world: progress lines, the Redis control plane, kill requests.
+
+Driven from the supervisor loop of any launcher (``tick`` every ~50 ms).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import Callable, TextIO
+
+import redis
+
+from .control_plane import ControlPlane
+from .nimbus import RunSupervisor
+from .status import RunStatus
+
+log = logging.getLogger("topology.driver")
+
+KILL_POLL_SECS = 0.5
+PUBLISH_SECS = 2.0
+
+
+def progress_line(status: RunStatus, prev: dict[str, int], dt: float) -> str:
+    parts = []
+    for name, c in status.components.items():
+        done = c.emitted if c.executed == 0 else c.executed
+        rate = (done - prev.get(name, 0)) / dt if dt > 0 else 0.0
+        prev[name] = done
+        label = f"emitted={c.emitted} acked={c.acked}" if c.executed == 0 else f"executed={c.executed}"
+        fail = f" failed={c.failed}" if c.failed else ""
+        parts.append(f"{name}: {label}{fail} ({rate:,.0f}/s)")
+    restarts = f" restarts={status.restarts}" if status.restarts else ""
+    return f"progress [{status.state} {status.uptime_secs:.0f}s{restarts}] " + " | ".join(parts)
+
+
+def summary(status: RunStatus) -> str:
+    lines = [f"run {status.name!r} {status.state} after {status.uptime_secs:.1f}s"
+             + (f" ({status.restarts} worker restart(s))" if status.restarts else "")]
+    lines.append(status.table())
+    if status.error:
+        lines.append(f"error: {status.error}")
+    for err in status.errors[-3:]:
+        lines.append(f"last error in {err.get('component')} task {err.get('task')}: {err.get('error')}")
+        if status.state == "failed" and err.get("traceback"):
+            lines.append(err["traceback"].rstrip())
+    return "\n".join(lines)
+
+
+class RunReporter:
+    def __init__(self, sup: RunSupervisor, control: ControlPlane | None = None, token: int | None = None,
+                 progress_interval: float | None = None, out: TextIO | None = None,
+                 info: Callable[[], dict] | None = None) -> None:
+        self.sup = sup
+        self.control = control
+        self.token = token
+        self.progress_interval = progress_interval
+        self.out = out or sys.stdout
+        self.info = info
+        now = time.monotonic()
+        self._next_kill = now
+        self._next_publish = now
+        self._next_progress = now + (progress_interval or 0)
+        self._last_progress = now
+        self._prev: dict[str, int] = {}
+        self._redis_down_since: float | None = None
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        if self.control is not None and (now >= self._next_kill or now >= self._next_publish):
+            try:
+                if now >= self._next_kill:
+                    self._next_kill = now + KILL_POLL_SECS
+                    req = self.control.kill_request(self.sup.name)
+                    if req:
+                        log.info("run %s: %s requested through the control plane", self.sup.name, req)
+                        self.sup.request_kill(drain=(req == "drain"))
+                if now >= self._next_publish:
+                    self._next_publish = now + PUBLISH_SECS
+                    self.control.publish(self.sup.name, self.sup.status(), self.sup.workers_info())
+                if self._redis_down_since is not None:
+                    log.warning("control plane: Redis reachable again after %.1fs", now - self._redis_down_since)
+                    self._redis_down_since = None
+            except redis.RedisError as e:
+                if self._redis_down_since is None:
+                    self._redis_down_since = now
+                    log.warning("control plane: Redis unreachable (%s); the run goes on, retrying", e)
+                self._next_kill = self._next_publish = now + 2.0
+        if self.progress_interval and now >= self._next_progress:
+            self._next_progress = now + self.progress_interval
+            line = progress_line(self.sup.status(), self._prev, now - self._last_progress)
+            self._last_progress = now
+            print(line, file=self.out, flush=True)
+
+    def final(self) -> RunStatus:
+        status = self.sup.status()
+        if self.control is not None and self.token is not None:
+            for attempt in range(5):
+                try:
+                    self.control.finish(self.sup.name, self.token, status, self.sup.workers_info())
+                    break
+                except redis.RedisError as e:
+                    log.warning("control plane: could not record the final status (%s); retrying", e)
+                    time.sleep(0.5 * (attempt + 1))
+        if self.progress_interval is not None:
+            print(summary(status), file=self.out, flush=True)
+        return status

@@ -1,0 +1,203 @@
+"""SparkCluster: LocalCluster's interface, each run a PySpark application via spark-submit.
+
+This module does not import pyspark (only the driver does); it builds the spark-submit
+command, starts it, and reads the run's status from the Redis control plane.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+from .builder import Topology
+from .config import resolve_config
+from .control_plane import ControlPlane, status_from_dict
+from .local_cluster import TopologyFailed, load_topology
+from .plan import build_plan
+from .status import FAILED, FINAL_STATES, STARTING, RunStatus
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DRIVER_SCRIPT = Path(__file__).resolve().parent / "spark_main.py"
+
+DEFAULT_SPARK_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    # Fail fast instead of retrying for minutes when there are fewer slots than workers.
+    "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "3",
+    "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "2s",
+    "spark.python.worker.reuse": "false",
+}
+
+
+def spark_env(extra_pythonpath: list[str] | None = None) -> dict[str, str]:
+    """Environment for spark-submit: this venv's Python on the executors and the project importable."""
+    env = dict(os.environ)
+    bindir = str(Path(sys.executable).parent)
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    paths = [str(PROJECT_ROOT), os.getcwd(), *(extra_pythonpath or [])]
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    return env
+
+
+def driver_args(name: str, topology_ref: str | None, topology_file: str | None, workers: int,
+                conf: Mapping[str, Any] | None, redis_url: str, progress_interval: float = 5.0,
+                log_file: str | None = None) -> list[str]:
+    import json
+
+    args = ["--name", name, "--workers", str(workers), "--redis", redis_url,
+            "--progress-interval", str(progress_interval)]
+    args += ["--topology", topology_ref] if topology_ref else ["--topology-file", str(topology_file)]
+    for k, v in (conf or {}).items():
+        args += ["--conf", f"{k}={v if isinstance(v, str) else json.dumps(v)}"]
+    if log_file:
+        args += ["--log-file", log_file]
+    return args
+
+
+def spark_submit_command(master: str, app_args: list[str], spark_conf: Mapping[str, str] | None = None,
+                         name: str = "topology", deploy_mode: str | None = None) -> list[str]:
+    cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", master, "--name", f"topology-{name}"]
+    if deploy_mode:
+        cmd += ["--deploy-mode", deploy_mode]
+    for k, v in {**DEFAULT_SPARK_CONF, **(spark_conf or {})}.items():
+        cmd += ["--conf", f"{k}={v}"]
+    return cmd + [str(DRIVER_SCRIPT), *app_args]
+
+
+class SparkRun:
+    def __init__(self, cluster: "SparkCluster", name: str, topology: Any, conf: Mapping[str, Any] | None) -> None:
+        self.name = name
+        self.control = ControlPlane(cluster.redis_url)
+        resolved = resolve_config(conf, workers=cluster.workers)  # fail fast, in the caller
+        self._topology_file = None
+        ref = topology if isinstance(topology, str) else None
+        topo: Topology = load_topology(topology)
+        self.plan = build_plan(topo, resolved)
+        if ref is None:  # an object: pickled into the job (the user's own process, so trusted)
+            fd, path = tempfile.mkstemp(prefix=f"topology-{name}-", suffix=".pkl")
+            os.close(fd)
+            _pickle_topology(topo, path)
+            self._topology_file = path
+        self.log_path = Path(cluster.log_dir) / f"{name}-{int(time.time())}.log"
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        args = driver_args(name, ref, self._topology_file, cluster.workers, conf, cluster.redis_url,
+                           cluster.progress_interval, str(self.log_path))
+        cmd = spark_submit_command(cluster.master, args, cluster.spark_conf, name)
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=spark_env(),
+                                     cwd=os.getcwd(), start_new_session=True)
+        self.started = time.monotonic()
+
+    def status(self) -> RunStatus:
+        rec = self.control.get(self.name)
+        if rec is None or rec.status is None:
+            state = STARTING if self.proc.poll() is None else FAILED
+            return RunStatus(self.name, state, error=None if state == STARTING else self._tail())
+        st = status_from_dict(rec.status)
+        if self.proc.poll() is not None and st.state not in FINAL_STATES:
+            st.state, st.error = FAILED, st.error or f"driver exited with code {self.proc.returncode}: {self._tail()}"
+        return st
+
+    @property
+    def pids(self) -> dict[int, int]:
+        rec = self.control.get(self.name)
+        workers = (rec.status or {}).get("workers", {}) if rec else {}
+        return {int(i): w["pid"] for i, w in workers.items() if w.get("pid")}
+
+    def _tail(self, n: int = 15) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def wait(self, timeout: float | None = None) -> RunStatus:
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise TimeoutError(f"run {self.name!r} has not ended after {timeout}s") from None
+        self._log.close()
+        if self._topology_file:
+            Path(self._topology_file).unlink(missing_ok=True)
+        return self.status()
+
+    def kill(self, drain: bool = False, timeout: float | None = 60) -> RunStatus:
+        if not self.control.request_kill(self.name, drain=drain) and self.proc.poll() is None:
+            self.proc.terminate()
+        return self.wait(timeout)
+
+    @property
+    def done(self) -> bool:
+        return self.proc.poll() is not None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+class SparkCluster:
+    """Same interface as LocalCluster; runs go through spark-submit onto ``master``."""
+
+    def __init__(self, master: str = "local[2]", workers: int = 2, redis_url: str | None = None,
+                 spark_conf: Mapping[str, str] | None = None, log_dir: str | None = None,
+                 progress_interval: float = 5.0) -> None:
+        self.master = master
+        self.workers = workers
+        if redis_url is None:
+            from .redis_server import resolve_redis_url
+
+            redis_url = resolve_redis_url(None)[0]
+        self.redis_url = redis_url
+        self.spark_conf = dict(spark_conf or {})
+        self.log_dir = log_dir or str(Path(tempfile.gettempdir()) / "topology-spark-logs")
+        self.progress_interval = progress_interval
+        self.runs: dict[str, SparkRun] = {}
+
+    def submit(self, name: str, topology: Any, conf: Mapping[str, Any] | None = None) -> SparkRun:
+        run = SparkRun(self, name, topology, conf)
+        self.runs[name] = run
+        return run
+
+    def run(self, name: str, topology: Any, conf: Mapping[str, Any] | None = None,
+            timeout: float | None = None) -> RunStatus:
+        run = self.submit(name, topology, conf)
+        try:
+            status = run.wait(timeout)
+        except TimeoutError:
+            run.kill(timeout=30)
+            raise
+        if status.state == FAILED:
+            raise TopologyFailed(status)
+        return status
+
+    def shutdown(self) -> None:
+        for run in self.runs.values():
+            if not run.done:
+                run.kill(timeout=30)
+
+    def __enter__(self) -> "SparkCluster":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+
+def _pickle_topology(topology: Topology, path: str) -> None:
+    # cloudpickle (shipped with pyspark) pickles classes defined in __main__ or tests by value.
+    try:
+        from pyspark import cloudpickle
+    except ImportError:  # pragma: no cover
+        import cloudpickle  # type: ignore
+    with open(path, "wb") as f:
+        f.write(cloudpickle.dumps(topology))
+
+
+__all__ = ["SparkCluster", "SparkRun", "spark_env", "spark_submit_command", "driver_args"]

@@ -1,0 +1,166 @@
+"""The Spark driver ("nimbus" on Spark): run a topology as one long-running PySpark job.
+
+Started by ``spark-submit`` (``topology submit``, ``SparkCluster``, Airflow's TopologyHook):
+
+    spark-submit --master local[2] topology_runtime/spark_driver.py \
+        --topology examples.wordcount:topology --name wordcount --workers 2 --redis redis://...
+
+The driver plans the topology, takes the run's lease in Redis, and runs ONE barrier stage of W
+tasks, each hosting one worker (the same worker code as LocalCluster); the tasks exchange
+addresses with ``BarrierTaskContext.allGather``. A failed barrier stage is not retried by Spark,
+so the driver relaunches it with a new epoch (kept in Redis), at most ``topology.max.restarts``
+times. The exit code is 0 only for a completed run (1 failed, 2 killed, 5 already live).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import pickle
+import socket
+import sys
+import threading
+
+from .builder import TopologyError
+from .config import ConfigError, coerce_cli_value, resolve_config
+from .control_plane import ControlPlane, LeaseKeeper, RunAlreadyLive
+from .local_cluster import load_topology
+from .nimbus import RunSupervisor
+from .plan import build_plan
+from .reporter import RunReporter
+from .status import FAILED
+from .worker.worker import WorkerSpec, run_worker
+
+log = logging.getLogger("topology.driver")
+EXIT_ALREADY_LIVE = 5
+EXIT_BAD_TOPOLOGY = 4
+
+
+def _barrier_partition(name: str, plan, control_address: str, secret: bytes, epoch: int):
+    def run(_rows):
+        from pyspark import BarrierTaskContext
+
+        ctx = BarrierTaskContext.get()
+        index = ctx.partitionId()
+        host = os.environ.get("SPARK_LOCAL_IP") or socket.gethostbyname(socket.gethostname())
+        spec = WorkerSpec(name, plan, index, epoch, control_address, secret, host=host)
+
+        def exchange(address: str) -> dict:
+            return dict(enumerate(ctx.allGather(address)))
+
+        yield run_worker(spec, peers_from=exchange)
+
+    return run
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    for line in text.splitlines():
+        if "Exception" in line or "Error" in line or "died" in line:
+            return line.strip()[:300]
+    return (text.splitlines()[0][:300] if text else type(e).__name__)
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="spark_driver")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--topology", help="package.module:attribute")
+    src.add_argument("--topology-file", help="a pickled Topology written by SparkCluster (trusted: your own)")
+    p.add_argument("--name", required=True)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--redis", required=True)
+    p.add_argument("--progress-interval", type=float, default=5.0)
+    p.add_argument("--log-file", default=None)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout,
+                        format=f"%(asctime)s %(levelname)s [{args.name} driver] %(message)s")
+    for noisy in ("py4j", "pyspark"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    conf = {}
+    for item in args.conf:
+        k, _, v = item.partition("=")
+        conf[k] = coerce_cli_value(v)
+    try:
+        if args.topology_file:
+            with open(args.topology_file, "rb") as f:
+                topology = load_topology(pickle.load(f))
+        else:
+            topology = load_topology(args.topology)
+        resolved = resolve_config(conf, workers=args.workers)
+        plan = build_plan(topology, resolved)
+    except (TopologyError, ConfigError) as e:
+        print(f"topology {args.name!r} rejected: {e}", flush=True)
+        return EXIT_BAD_TOPOLOGY
+    control = ControlPlane(args.redis)
+    master = os.environ.get("MASTER", "")
+    try:
+        token = control.register(args.name, "spark", plan.workers, master=master, log=args.log_file)
+    except RunAlreadyLive as e:
+        print(f"error: {e}", flush=True)
+        return EXIT_ALREADY_LIVE
+    lost = threading.Event()
+    keeper = LeaseKeeper(control, args.name, token, lost.set)
+    log.info("run %s: plan %s", args.name, plan.describe())
+    log.info("Redis control plane: %s", args.redis.split("@")[-1])
+
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.appName(f"topology-{args.name}").getOrCreate()
+    sc = spark.sparkContext
+    sc.setLogLevel("ERROR")
+    host = sc.getConf().get("spark.driver.host", os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"))
+    sup = RunSupervisor(args.name, plan, host=host)
+    reporter = RunReporter(sup, control, token, progress_interval=args.progress_interval)
+    stop_monitor = threading.Event()
+
+    def monitor() -> None:
+        while not stop_monitor.is_set():
+            sup.step(50)
+            if lost.is_set():
+                sup.request_kill()
+            reporter.tick()
+            if sup.done.is_set():
+                sc.cancelAllJobs()  # workers that ignored "stop" (hung user code) must not hold the driver
+                stop_monitor.wait(1.0)
+
+    threading.Thread(target=monitor, name="supervisor", daemon=True).start()
+    try:
+        while True:
+            epoch = control.next_epoch(args.name)
+            log.info("launching %d worker(s) as a barrier stage (epoch %d)", plan.workers, epoch)
+            rdd = sc.parallelize(range(plan.workers), plan.workers).barrier().mapPartitions(
+                _barrier_partition(args.name, plan, sup.control.address, sup.secret, epoch))
+            try:
+                codes = rdd.collect()
+                reason = f"workers returned with exit codes {codes}"
+                if sup.done.wait(5.0):  # they stopped because the run ended
+                    break
+            except Exception as e:  # noqa: BLE001 - a worker died: Spark failed the barrier stage
+                reason = _first_line(e)
+                if sup.done.is_set():
+                    break
+            if not sup.stage_failed(reason):
+                break
+    except KeyboardInterrupt:
+        sup.request_kill()
+        sup.done.wait(15)
+    finally:
+        stop_monitor.set()
+    sup.done.wait(15)
+    keeper.stop()
+    status = reporter.final()
+    sup.close()
+    spark.stop()
+    if status.state == FAILED:
+        log.error("run %s failed: %s", args.name, status.error)
+    return status.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
