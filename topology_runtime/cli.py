@@ -11,8 +11,8 @@ from typing import Sequence
 
 from .builder import TopologyError
 from .config import ConfigError, coerce_cli_value
-from .reporter import progress_line
-from .status import FINAL_STATES, RunStatus
+from .control_plane import RunAlreadyLive
+from .status import FINAL_STATES
 
 
 def _conf_pairs(pairs: Sequence[str] | None) -> dict:
@@ -25,56 +25,129 @@ def _conf_pairs(pairs: Sequence[str] | None) -> dict:
     return conf
 
 
-def watch(run, interval: float, timeout: float | None, out=sys.stdout) -> RunStatus:
-    """Print a progress line every ``interval`` seconds until the run ends."""
-    prev: dict[str, int] = {}
-    start = last = time.monotonic()
-    while True:
-        remaining = None if timeout is None else max(0.0, timeout - (time.monotonic() - start))
-        try:
-            return run.wait(timeout=min(interval, remaining) if remaining is not None else interval)
-        except TimeoutError:
-            if remaining is not None and remaining <= interval:
-                raise
-        now = time.monotonic()
-        print(progress_line(run.status(), prev, now - last), file=out, flush=True)
-        last = now
+def _redis(args: argparse.Namespace) -> str:
+    from .redis_server import resolve_redis_url
+
+    url, where = resolve_redis_url(getattr(args, "redis", None))
+    print(f"Redis: {where}", file=sys.stderr, flush=True)
+    return url
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .local_cluster import LocalCluster, load_topology
-    from .redis_server import resolve_redis_url
 
     conf = _conf_pairs(args.conf)
-    if "redis.url" not in conf:
-        url, where = resolve_redis_url(args.redis)
-        conf["redis.url"] = url
-        print(f"Redis: {where}", flush=True)
+    url = _redis(args)
+    conf.setdefault("redis.url", url)
     try:
         topology = load_topology(args.topology)
         name = args.name or args.topology.partition(":")[0].rsplit(".", 1)[-1]
-        with LocalCluster(workers=args.workers) as cluster:
+        with LocalCluster(workers=args.workers, redis_url=url, progress_interval=args.progress_interval) as cluster:
             run = cluster.submit(name, topology, conf)
             print(f"run {name!r}: {run.plan.describe()}", flush=True)
             try:
-                status = watch(run, args.progress_interval, args.timeout)
+                status = run.wait(args.timeout)
             except KeyboardInterrupt:
                 print("interrupted: draining (Ctrl-C again to kill)", flush=True)
                 try:
                     status = run.kill(drain=True, timeout=60)
                 except KeyboardInterrupt:
                     status = run.kill()
+            except TimeoutError:
+                print(f"timeout after {args.timeout}s: killing", flush=True)
+                status = run.kill()
     except (TopologyError, ConfigError) as e:
         print(f"topology: {e}", file=sys.stderr)
         return 4
-    print(status.table())
-    if status.error:
-        print(f"error: {status.error}", file=sys.stderr)
-    for err in status.errors[-3:]:
-        print(f"last error in {err.get('component')}[task {err.get('task')}]: {err.get('error')}", file=sys.stderr)
-    print(f"run {status.name!r} {status.state} after {status.uptime_secs:.1f}s", flush=True)
+    except RunAlreadyLive as e:
+        print(f"topology: {e}", file=sys.stderr)
+        return 5
     assert status.state in FINAL_STATES
     return status.exit_code
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from .spark_cluster import driver_args, spark_env, spark_submit_command
+
+    url = _redis(args)
+    conf = _conf_pairs(args.conf)
+    conf.setdefault("redis.url", url)
+    spark_conf = _conf_pairs(args.spark_conf)
+    cmd = spark_submit_command(args.master, driver_args(args.name, args.topology, None, args.workers, conf, url,
+                                                        args.progress_interval), spark_conf, args.name)
+    print("spark-submit: " + " ".join(cmd), file=sys.stderr, flush=True)
+    proc = subprocess.Popen(cmd, env=spark_env())
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        from .control_plane import ControlPlane
+
+        print("interrupted: killing the topology", file=sys.stderr, flush=True)
+        ControlPlane(url).request_kill(args.name)
+        return proc.wait()
+
+
+def _print_record(rec, verbose: bool = True) -> None:
+    st = rec.status or {}
+    info = rec.info
+    print(f"{rec.name}: {rec.state} ({info.get('launcher', '?')}, {info.get('workers', '?')} workers"
+          f", started {info.get('started', '?')}{', live' if rec.live else ''})")
+    if not verbose or not st:
+        return
+    from .control_plane import status_from_dict
+
+    status = status_from_dict(st)
+    print(status.table())
+    for i, w in sorted((st.get("workers") or {}).items()):
+        print(f"  worker {i}: pid {w.get('pid')} incarnation {w.get('incarnation')} "
+              f"heartbeat {w.get('heartbeat_age_secs')}s ago, queue {w.get('queue')}, pending {w.get('pending')}")
+    if status.error:
+        print(f"error: {status.error}")
+    for err in status.errors[-3:]:
+        print(f"last error in {err.get('component')} task {err.get('task')}: {err.get('error')}")
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from .control_plane import ControlPlane
+
+    rec = ControlPlane(_redis(args)).get(args.id)
+    if rec is None:
+        print(f"topology: no run named {args.id!r} is known to this Redis", file=sys.stderr)
+        return 6
+    _print_record(rec)
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from .control_plane import ControlPlane
+
+    recs = ControlPlane(_redis(args)).list()
+    if not recs:
+        print("no runs")
+    for rec in recs:
+        _print_record(rec, verbose=False)
+    return 0
+
+
+def cmd_kill(args: argparse.Namespace) -> int:
+    from .control_plane import ControlPlane
+
+    cp = ControlPlane(_redis(args))
+    if not cp.request_kill(args.id, drain=args.drain):
+        print(f"topology: no live run named {args.id!r}", file=sys.stderr)
+        return 6
+    print(f"{'drain' if args.drain else 'kill'} requested for {args.id!r}; waiting for it to stop", flush=True)
+    deadline = time.monotonic() + args.wait
+    while time.monotonic() < deadline:
+        if not cp.is_live(args.id):
+            rec = cp.get(args.id)
+            print(f"{args.id}: {rec.state if rec else 'stopped'}")
+            return 0
+        time.sleep(0.2)
+    print(f"topology: {args.id!r} still live after {args.wait}s", file=sys.stderr)
+    return 7
 
 
 def cmd_redis(args: argparse.Namespace) -> int:
@@ -101,6 +174,33 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--timeout", type=float, default=None, help="give up (kill) after this many seconds")
     r.add_argument("--progress-interval", type=float, default=5.0)
     r.set_defaults(func=cmd_run)
+
+    sm = sub.add_parser("submit", help="run a topology as a PySpark application (spark-submit)")
+    sm.add_argument("topology", help="package.module:attribute")
+    sm.add_argument("--name", required=True, help="run name / topology id")
+    sm.add_argument("--master", default="local[2]")
+    sm.add_argument("--workers", type=int, default=2)
+    sm.add_argument("--conf", action="append", metavar="KEY=VALUE", help="topology config entry")
+    sm.add_argument("--spark-conf", action="append", metavar="KEY=VALUE", help="extra spark-submit --conf")
+    sm.add_argument("--redis")
+    sm.add_argument("--progress-interval", type=float, default=5.0)
+    sm.set_defaults(func=cmd_submit)
+
+    st = sub.add_parser("status", help="status of a run (from the Redis control plane)")
+    st.add_argument("id")
+    st.add_argument("--redis")
+    st.set_defaults(func=cmd_status)
+
+    ls = sub.add_parser("list", help="known runs")
+    ls.add_argument("--redis")
+    ls.set_defaults(func=cmd_list)
+
+    k = sub.add_parser("kill", help="stop a live run")
+    k.add_argument("id")
+    k.add_argument("--drain", action="store_true", help="stop the spouts and let pending trees finish first")
+    k.add_argument("--wait", type=float, default=30.0, help="seconds to wait for it to stop")
+    k.add_argument("--redis")
+    k.set_defaults(func=cmd_kill)
 
     rd = sub.add_parser("redis", help="the project-local Redis server")
     rd.add_argument("action", choices=["url", "stop"])

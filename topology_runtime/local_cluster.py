@@ -59,13 +59,25 @@ def _worker_main(spec: WorkerSpec) -> None:
 class LocalRun:
     """Handle of a submitted run: status, wait, kill."""
 
-    def __init__(self, name: str, topology: Topology, conf: Mapping[str, Any] | None, workers: int) -> None:
+    def __init__(self, name: str, topology: Topology, conf: Mapping[str, Any] | None, workers: int,
+                 redis_url: str | None = None, progress_interval: float | None = None) -> None:
         resolved = resolve_config(conf)
         if conf is None or "topology.workers" not in conf:
             resolved["topology.workers"] = workers
         self.name = name
         self.plan = build_plan(topology, resolved)
         self.supervisor = RunSupervisor(name, self.plan)
+        self.control = self.keeper = None
+        token = None
+        if redis_url:  # optional: makes the run visible to `topology status/list/kill`
+            from .control_plane import ControlPlane, LeaseKeeper
+
+            self.control = ControlPlane(redis_url)
+            token = self.control.register(name, "local", self.plan.workers)
+            self.keeper = LeaseKeeper(self.control, name, token, lambda: self.supervisor.request_kill())
+        from .reporter import RunReporter
+
+        self.reporter = RunReporter(self.supervisor, self.control, token, progress_interval)
         self.procs: dict[int, multiprocessing.Process] = {}
         self.incarnations: dict[int, int] = {}
         for i in range(self.plan.workers):
@@ -90,6 +102,7 @@ class LocalRun:
         try:
             while not sup.done.is_set():
                 sup.step(50)
+                self.reporter.tick()
                 for i, p in list(self.procs.items()):
                     if p.exitcode is not None and p.pid is not None:
                         code = p.exitcode
@@ -112,6 +125,9 @@ class LocalRun:
                     if p.is_alive():
                         p.kill()
                         p.join(2)
+            if self.keeper is not None:
+                self.keeper.stop()
+            self.final_status = self.reporter.final()
             sup.close()
 
     def status(self) -> RunStatus:
@@ -144,10 +160,12 @@ class _Exited:
 class LocalCluster:
     """Runs topologies on worker processes of this machine (the same worker code as Spark)."""
 
-    def __init__(self, workers: int = 2) -> None:
+    def __init__(self, workers: int = 2, redis_url: str | None = None, progress_interval: float | None = None) -> None:
         if workers < 1:
             raise ValueError(f"LocalCluster: workers must be >= 1, got {workers}")
         self.workers = workers
+        self.redis_url = redis_url
+        self.progress_interval = progress_interval
         self.runs: dict[str, LocalRun] = {}
 
     def submit(self, name: str, topology: Any, conf: Mapping[str, Any] | None = None) -> LocalRun:
@@ -156,7 +174,7 @@ class LocalCluster:
         live = self.runs.get(name)
         if live is not None and not live.done:
             raise RuntimeError(f"a run named {name!r} is already live in this cluster")
-        run = LocalRun(name, load_topology(topology), conf, self.workers)
+        run = LocalRun(name, load_topology(topology), conf, self.workers, self.redis_url, self.progress_interval)
         self.runs[name] = run
         return run
 

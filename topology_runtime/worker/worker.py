@@ -202,15 +202,16 @@ class Worker:
             if spec.is_spout:
                 ex = SpoutExecutor(self, task, cid, instance, routes, max_pending)
                 self.local_spouts[task] = ex
-                self._open(ex, lambda: instance.open(conf, ctx), "open")
+                self._open(ex, instance.open, conf, ctx)
             else:
                 ex = BoltExecutor(self, task, cid, instance, routes, basic=is_basic(instance))
                 self.local_bolts[task] = ex
-                self._open(ex, lambda: instance.prepare(conf, ctx), "prepare")
+                self._open(ex, instance.prepare, conf, ctx)
 
-    def _open(self, ex, fn, what: str) -> None:
+    def _open(self, ex, fn, conf: dict, ctx: TopologyContext) -> None:
+        what = fn.__name__
         try:
-            fn()
+            fn(conf, ctx)
         except Exception as e:
             import traceback
 

@@ -1,0 +1,61 @@
+"""The example topology DAG: load sentences into a Redis stream, run the reliable word count
+as a PySpark job (local[2] by default), report the top words from Redis."""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import DAG, Param, task
+
+from topology_airflow import SubmitTopologyOperator
+
+with DAG(
+    dag_id="wordcount_topology",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    params={
+        "sentences": Param(20000, type="integer", minimum=1),
+        "workers": Param(2, type="integer", minimum=1),
+    },
+    tags=["topology"],
+) as dag:
+
+    @task
+    def load_sentences(params=None) -> str:
+        import redis
+
+        from examples.wordcount import COUNTS, STREAM, load_sentences
+        from topology_runtime.redis_server import resolve_redis_url
+
+        url, where = resolve_redis_url(None)
+        print(f"Redis: {where}")
+        client = redis.Redis.from_url(url, decode_responses=True)
+        client.delete(STREAM, COUNTS, f"{STREAM}:dead")
+        n = len(load_sentences(client, int(params["sentences"])))
+        print(f"loaded {n} sentences into {STREAM!r}")
+        return url
+
+    redis_url = load_sentences()
+
+    wordcount = SubmitTopologyOperator(
+        task_id="wordcount",
+        topology="examples.wordcount:topology",
+        name="wordcount",
+        workers="{{ params.workers }}",
+        redis_url=redis_url,
+    )
+
+    @task
+    def report(url: str) -> dict:
+        import redis
+
+        from examples.wordcount import COUNTS
+
+        counts = {k: int(v) for k, v in redis.Redis.from_url(url, decode_responses=True).hgetall(COUNTS).items()}
+        top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
+        print(f"{sum(counts.values())} words counted; top words:")
+        for word, n in top:
+            print(f"  {word:<10} {n}")
+        return dict(top)
+
+    wordcount >> report(redis_url)

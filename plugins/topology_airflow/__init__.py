@@ -1,0 +1,9 @@
+"""Airflow integration: launch, watch and recover topologies from Airflow.
+
+Importable from the plugins folder (Airflow puts it on sys.path) and installed with the project.
+"""
+
+from .hooks import TopologyHook
+from .operators import SubmitTopologyOperator
+
+__all__ = ["SubmitTopologyOperator", "TopologyHook"]

@@ -1,0 +1,69 @@
+"""Operators: submit a topology as a long-running PySpark job."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException
+
+from .hooks import TopologyHook
+
+
+class SubmitTopologyOperator(BaseOperator):
+    """Run ``topology`` ("package.module:attribute") as a PySpark application named ``name``.
+
+    Streams the driver's lines (progress every few seconds, a summary at the end) into the task
+    log, fails the task unless the run completed, and on kill stops the topology so the task
+    never ends as a success.
+    """
+
+    template_fields: Sequence[str] = ("topology", "name", "conf", "workers", "redis_url", "spark_conf")
+    template_fields_renderers = {"conf": "json", "spark_conf": "json"}
+    ui_color = "#e8f1fb"
+
+    def __init__(self, *, topology: str, name: str, conf: dict[str, Any] | None = None, workers: int | str = 2,
+                 spark_conf: dict[str, str] | None = None, conn_id: str = "spark_default",
+                 redis_url: str | None = None, progress_interval: float = 5.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.topology = topology
+        self.name = name
+        self.conf = conf or {}
+        self.workers = workers
+        self.spark_conf = spark_conf or {}
+        self.conn_id = conn_id
+        self.redis_url = redis_url
+        self.progress_interval = progress_interval
+        self._hook: TopologyHook | None = None
+        self._killed = False
+
+    def execute(self, context: Any) -> dict:
+        self._hook = TopologyHook(self.conn_id, self.redis_url)
+        error: Exception | None = None
+        try:
+            self._hook.submit(self.topology, self.name, int(self.workers), self.conf, self.spark_conf,
+                              self.progress_interval)
+        except AirflowException as e:
+            error = e
+        rec = self._hook.get_run(self.name)
+        state = rec.state if rec else "unknown"
+        if self._killed:
+            raise AirflowException(f"topology {self.name!r} was stopped because the task was killed (state {state})")
+        if error is not None or state != "completed":
+            why = (rec.status or {}).get("error") if rec else None
+            raise AirflowException(f"topology {self.name!r} ended {state}" + (f": {why}" if why else "")
+                                   + (f" ({error})" if error and not why else ""))
+        self.log.info("topology %r completed", self.name)
+        return (rec.status or {}) if rec else {}
+
+    def on_kill(self) -> None:
+        # Called from a SIGTERM handler; execute may still return normally, hence the flag.
+        self._killed = True
+        hook = self._hook or TopologyHook(self.conn_id, self.redis_url)
+        if hook.kill(self.name):
+            self.log.info("kill requested for topology %r", self.name)
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline and hook.control.is_live(self.name):
+                time.sleep(0.2)
+        hook.kill_driver()
