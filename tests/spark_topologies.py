@@ -1,0 +1,57 @@
+"""Topologies the Spark tests submit by reference ("tests.spark_topologies:NAME"); every
+executor imports this module. They read their Redis URL from the ``redis.url`` config key."""
+
+from __future__ import annotations
+
+import time
+
+from examples.wordcount import COUNTS, STREAM, SplitSentence, WordCount
+from topology_runtime import BasicBolt, Spout, TopologyBuilder
+from topology_runtime.spouts import RedisStreamSpout
+
+
+class SlowSplit(SplitSentence):
+    def execute(self, tup):
+        time.sleep(0.003)  # long enough to kill a worker mid-run
+        super().execute(tup)
+
+
+def wordcount(slow: bool = False):
+    b = TopologyBuilder()
+    b.set_spout("sentences", RedisStreamSpout(STREAM, fields=["sentence"], bounded=True, batch_size=50), 1)
+    b.set_bolt("split", SlowSplit() if slow else SplitSentence(), 2).shuffle_grouping("sentences")
+    b.set_bolt("count", WordCount(COUNTS, flush_every=200), 2).fields_grouping("split", ["word"]) \
+        .add_configuration("topology.tick.tuple.freq.secs", 0.2)
+    return b.create_topology()
+
+
+def slow_wordcount():
+    return wordcount(slow=True)
+
+
+class Forever(Spout):
+    """An unbounded spout: ticks forever until the run is killed."""
+
+    outputs = ["n"]
+
+    def open(self, conf, context):
+        self.n = 0
+
+    def next_tuple(self):
+        self.n += 1
+        self.emit([self.n], msg_id=self.n)
+        time.sleep(0.001)
+
+
+class Sink(BasicBolt):
+    outputs: list[str] = []
+
+    def execute(self, tup):
+        pass
+
+
+def unbounded():
+    b = TopologyBuilder()
+    b.set_spout("ticks", Forever(), 1)
+    b.set_bolt("sink", Sink(), 2).shuffle_grouping("ticks")
+    return b.create_topology()

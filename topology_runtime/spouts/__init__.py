@@ -1,0 +1,3 @@
+from .redis_stream import RedisStreamSpout
+
+__all__ = ["RedisStreamSpout"]
