@@ -104,9 +104,21 @@ def topology():
     return build()
 
 
-def load_sentences(client: redis.Redis, n: int, stream: str = STREAM, seed: int = 7) -> list[str]:
+def sample_sentences(n: int, seed: int = 7) -> list[str]:
     rng = random.Random(seed)
-    sentences = [rng.choice(CORPUS) for _ in range(n)]
+    return [rng.choice(CORPUS) for _ in range(n)]
+
+
+def true_counts(sentences: list[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for s in sentences:
+        for w in s.split():
+            counts[w] = counts.get(w, 0) + 1
+    return counts
+
+
+def load_sentences(client: redis.Redis, n: int, stream: str = STREAM, seed: int = 7) -> list[str]:
+    sentences = sample_sentences(n, seed)
     pipe = client.pipeline(transaction=False)
     for i, s in enumerate(sentences):
         pipe.xadd(stream, {"sentence": s})
@@ -129,10 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     client = redis.Redis.from_url(url, decode_responses=True)
     client.delete(STREAM, COUNTS, f"{STREAM}:dead")
     sentences = load_sentences(client, args.sentences)
-    truth: dict[str, int] = {}
-    for s in sentences:
-        for w in s.split():
-            truth[w] = truth.get(w, 0) + 1
+    truth = true_counts(sentences)
     print(f"loaded {len(sentences)} sentences into stream {STREAM!r}")
     t0 = time.monotonic()
     with LocalCluster(workers=args.workers) as cluster:

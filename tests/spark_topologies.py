@@ -55,3 +55,17 @@ def unbounded():
     b.set_spout("ticks", Forever(), 1)
     b.set_bolt("sink", Sink(), 2).shuffle_grouping("ticks")
     return b.create_topology()
+
+
+class BrokenSpout(Spout):
+    outputs = ["n"]
+
+    def open(self, conf, context):
+        raise ConnectionError("cannot reach the source (planted failure)")
+
+
+def broken():
+    b = TopologyBuilder()
+    b.set_spout("source", BrokenSpout(), 1)
+    b.set_bolt("sink", Sink(), 1).shuffle_grouping("source")
+    return b.create_topology()

@@ -58,7 +58,8 @@ def _add_task_stats(into: dict, task: int, s: dict) -> None:
 
 
 class RunSupervisor:
-    def __init__(self, name: str, plan: Plan, host: str = "127.0.0.1") -> None:
+    def __init__(self, name: str, plan: Plan, host: str = "127.0.0.1", restart_all_on_failure: bool = False) -> None:
+        self.restart_all_on_failure = restart_all_on_failure
         self.name = name
         self.plan = plan
         self.secret = secrets.token_bytes(32)
@@ -245,6 +246,11 @@ class RunSupervisor:
         elif t == "fatal":
             slot.startup_failures += 1
             self._add_errors([{**msg, "fatal": True}])
+            if self.restart_all_on_failure:
+                # Spark: the barrier stage only ends when every task returns, so stop the rest
+                # and let the driver relaunch the stage (or give up after repeated failures).
+                for s in self.slots.values():
+                    self._send(s, {"t": "stop"})
         elif t == "probe_reply":
             if msg.get("seq") == self._probe_seq:
                 self._replies[w] = msg

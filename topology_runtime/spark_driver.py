@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     sc = spark.sparkContext
     sc.setLogLevel("ERROR")
     host = sc.getConf().get("spark.driver.host", os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"))
-    sup = RunSupervisor(args.name, plan, host=host)
+    sup = RunSupervisor(args.name, plan, host=host, restart_all_on_failure=True)
     reporter = RunReporter(sup, control, token, progress_interval=args.progress_interval)
     stop_monitor = threading.Event()
 
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 codes = rdd.collect()
                 reason = f"workers returned with exit codes {codes}"
-                if sup.done.wait(5.0):  # they stopped because the run ended
+                if all(c == 0 for c in codes) and sup.done.wait(5.0):  # stopped because the run ended
                     break
             except Exception as e:  # noqa: BLE001 - a worker died: Spark failed the barrier stage
                 reason = _first_line(e)
