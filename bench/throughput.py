@@ -1,0 +1,235 @@
+"""Word count throughput and complete latency, side by side in one run.
+
+Workload (fixed, so figures compare with other systems): N sentences (default 100,000) of 10
+words drawn with random.Random(42) from the vocabulary w0..w9999. Topology: spout -> split
+(local-or-shuffle) -> count (fields grouping on "word"). Rows: acking on/off x 1/2 workers,
+a rate-limited run at half the measured maximum (latency without queueing), and the same word
+count as a bare Python loop in one process (the ceiling).
+
+    python bench/throughput.py [--sentences N] [--workers 1,2] [--launcher local|spark]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from topology_runtime import BasicBolt, LocalCluster, Spout, TopologyBuilder  # noqa: E402
+
+WORDS_PER_SENTENCE = 10
+
+
+def make_sentences(n: int) -> list[str]:
+    rng = random.Random(42)
+    vocab = [f"w{i}" for i in range(10000)]
+    return [" ".join(rng.choice(vocab) for _ in range(WORDS_PER_SENTENCE)) for _ in range(n)]
+
+
+class SentenceSpout(Spout):
+    """Emits its slice of the sentences reliably; optional pacing (sentences/s per task)."""
+
+    outputs = ["sentence"]
+
+    def __init__(self, sentences: list[str], rate: float | None = None) -> None:
+        self.sentences = sentences
+        self.rate = rate
+
+    def open(self, conf, context):
+        self.todo = list(range(context.task_index, len(self.sentences), context.parallelism))[::-1]
+        self.pending: set[int] = set()
+        self.outdir = conf["bench.outdir"]
+        self.name = f"spout-{context.task_index}"
+        self.first_emit = self.last_ack = None
+        self.start = time.perf_counter()
+        self.sent = 0
+
+    def next_tuple(self):
+        if self.todo:
+            if self.rate:
+                if self.sent >= (time.perf_counter() - self.start) * self.rate:
+                    return  # ahead of schedule: let the worker loop idle
+            i = self.todo.pop()
+            self.pending.add(i)
+            if self.first_emit is None:
+                self.first_emit = time.time()
+            self.sent += 1
+            self.emit([self.sentences[i]], msg_id=i)
+        elif not self.pending:
+            Path(self.outdir, self.name).write_text(json.dumps({"first_emit": self.first_emit,
+                                                                 "last_ack": self.last_ack}))
+            self.finish()
+
+    def ack(self, msg_id):
+        self.pending.discard(msg_id)
+        self.last_ack = time.time()
+
+    def fail(self, msg_id):
+        self.todo.append(msg_id)
+
+
+class SplitBolt(BasicBolt):
+    outputs = ["word"]
+
+    def execute(self, tup):
+        for w in tup.values[0].split():
+            self.emit([w])
+
+
+class CountBolt(BasicBolt):
+    outputs = ["word", "count"]
+
+    def prepare(self, conf, context):
+        self.counts: dict[str, int] = {}
+        self.out = Path(conf["bench.outdir"], f"count-{context.task_index}")
+
+        self.n = 0
+        self.last = time.time()
+
+    def execute(self, tup):
+        w = tup.values[0]
+        self.counts[w] = self.counts.get(w, 0) + 1
+        self.n += 1
+        if not self.n & 255:  # when processing ended, to within 256 tuples (no per-tuple clock)
+            self.last = time.time()
+
+    def cleanup(self):
+        self.out.write_text(json.dumps({"total": sum(self.counts.values()), "last": self.last}))
+
+
+def build(sentences: list[str], workers: int, rate: float | None = None):
+    b = TopologyBuilder()
+    b.set_spout("sentences", SentenceSpout(sentences, rate), workers)
+    b.set_bolt("split", SplitBolt(), workers).local_or_shuffle_grouping("sentences")
+    b.set_bolt("count", CountBolt(), workers).fields_grouping("split", ["word"])
+    return b.create_topology()
+
+
+def make_cluster(launcher: str, workers: int, redis_url: str | None):
+    if launcher == "local":
+        return LocalCluster(workers=workers)
+    if launcher == "spark":
+        from topology_runtime.spark_cluster import SparkCluster
+
+        return SparkCluster(master=f"local[{max(2, workers)}]", workers=workers, redis_url=redis_url,
+                            progress_interval=None)
+    raise SystemExit(f"unknown launcher {launcher!r}")
+
+
+def run_variant(launcher: str, sentences: list[str], workers: int, acking: bool, rate: float | None = None,
+                redis_url: str | None = None) -> dict:
+    outdir = tempfile.mkdtemp(prefix="bench-")
+    conf = {"bench.outdir": outdir, "topology.message.timeout.secs": 60}
+    if not acking:
+        conf["topology.acker.executors"] = 0
+    name = f"bench-{launcher}-{workers}w-{'ack' if acking else 'noack'}{'-paced' if rate else ''}-{os.getpid()}"
+    t0 = time.time()
+    with make_cluster(launcher, workers, redis_url) as cluster:
+        status = cluster.run(name, build(sentences, workers, rate / workers if rate else None), conf, timeout=1800)
+    wall = time.time() - t0
+    marks = [json.loads(p.read_text()) for p in Path(outdir).glob("spout-*")]
+    counts = [json.loads(p.read_text()) for p in Path(outdir).glob("count-*")]
+    counted = sum(c["total"] for c in counts)
+    first = min(m["first_emit"] for m in marks if m["first_emit"])
+    # Steady state: first emit to the end of processing (last ack, last count), no start-up/shutdown.
+    last = max([m["last_ack"] or first for m in marks] + [c["last"] for c in counts])
+    words = len(sentences) * WORDS_PER_SENTENCE
+    s = status.components["sentences"]
+    return {
+        "launcher": launcher, "workers": workers, "acking": acking, "paced": rate,
+        "wall_secs": round(wall, 3), "words_per_sec_wall": round(words / wall),
+        "words_per_sec": round(words / max(1e-9, last - first)),
+        "startup_secs": round(first - t0, 3),
+        "p50_ms": s.complete_latency_p50_ms if acking else None,
+        "p99_ms": s.complete_latency_p99_ms if acking else None,
+        "counted_ok": counted == words, "state": status.state,
+    }
+
+
+def bare_loop(sentences: list[str]) -> dict:
+    t0 = time.perf_counter()
+    counts: dict[str, int] = {}
+    for s in sentences:
+        for w in s.split():
+            counts[w] = counts.get(w, 0) + 1
+    dt = time.perf_counter() - t0
+    return {"launcher": "bare loop", "workers": 1, "acking": False, "paced": None, "wall_secs": round(dt, 3),
+            "words_per_sec": round(len(sentences) * WORDS_PER_SENTENCE / dt), "p50_ms": None, "p99_ms": None,
+            "counted_ok": sum(counts.values()) == len(sentences) * WORDS_PER_SENTENCE, "state": "completed"}
+
+
+def table(rows: list[dict], ceiling: float) -> str:
+    lines = ["| variant | workers | acking | words/s | complete p50 ms | complete p99 ms | x bare loop | counts |",
+             "|---|---|---|---:|---:|---:|---:|---|"]
+    for r in rows:
+        variant = r["launcher"] + (f" paced {r['paced']:,.0f} sent/s" if r.get("paced") else "")
+        lines.append(
+            f"| {variant} | {r['workers']} | {'on' if r['acking'] else 'off'} | {r['words_per_sec']:,} | "
+            f"{r['p50_ms'] if r['p50_ms'] is not None else '-'} | {r['p99_ms'] if r['p99_ms'] is not None else '-'} | "
+            f"{r['words_per_sec'] / ceiling:.3f} | {'OK' if r['counted_ok'] else 'MISMATCH'} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sentences", type=int, default=100_000)
+    p.add_argument("--workers", default="1,2")
+    p.add_argument("--launcher", default="local", choices=["local", "spark"])
+    p.add_argument("--repeat", type=int, default=1, help="best of K for each variant")
+    p.add_argument("--skip-half-load", action="store_true")
+    p.add_argument("--redis", default=None, help="Redis for the spark launcher's control plane")
+    args = p.parse_args(argv)
+    sentences = make_sentences(args.sentences)
+    workers = [int(w) for w in args.workers.split(",")]
+    redis_url = args.redis
+    if args.launcher == "spark" and not redis_url:
+        from topology_runtime.redis_server import resolve_redis_url
+
+        redis_url = resolve_redis_url(None)[0]
+
+    def best(**kw) -> dict:
+        runs = [run_variant(args.launcher, sentences, redis_url=redis_url, **kw) for _ in range(args.repeat)]
+        return max(runs, key=lambda r: r["words_per_sec"])
+
+    ceiling = bare_loop(sentences)
+    rows = []
+    for w in workers:
+        for acking in (True, False):
+            r = best(workers=w, acking=acking)
+            rows.append(r)
+            print(f"  {args.launcher} {w} worker(s) acking {'on' if acking else 'off'}: "
+                  f"{r['words_per_sec']:,} words/s", file=sys.stderr, flush=True)
+    top = max((r for r in rows if r["acking"]), key=lambda r: (r["workers"], r["words_per_sec"]))
+    if not args.skip_half_load:
+        rate = top["words_per_sec"] / 2 / WORDS_PER_SENTENCE
+        rows.append(best(workers=top["workers"], acking=True, rate=rate))
+    rows.append(ceiling)
+    print(f"\n{args.sentences:,} sentences x {WORDS_PER_SENTENCE} words, launcher {args.launcher}, "
+          f"{os.cpu_count()} cores, Python {platform.python_version()}\n")
+    print(table(rows, ceiling["words_per_sec"]))
+    acked = {r["workers"]: r["words_per_sec"] for r in rows if r["acking"] and not r.get("paced")}
+    unacked = {r["workers"]: r["words_per_sec"] for r in rows if not r["acking"] and r["launcher"] != "bare loop"}
+    for w in sorted(acked):
+        if w in unacked:
+            print(f"\nacking off / on, {w} worker(s): {unacked[w] / acked[w]:.2f}x")
+    if args.launcher == "spark":
+        for r in rows:
+            if r.get("startup_secs") is not None and r["launcher"] == "spark":
+                print(f"spark-submit -> first emit: {r['startup_secs']:.1f}s ({r['workers']}w, acking "
+                      f"{'on' if r['acking'] else 'off'})")
+    out = Path(__file__).resolve().parent / "results"
+    out.mkdir(exist_ok=True)
+    (out / f"throughput-{args.launcher}.json").write_text(json.dumps(rows, indent=2))
+    return 0 if all(r["counted_ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
