@@ -11,14 +11,14 @@ import pytest
 import redis
 
 ROOT = Path(__file__).resolve().parent.parent
-for p in (str(ROOT), str(ROOT / "plugins")):
+for p in (str(ROOT), str(ROOT / "plugins"), str(ROOT / "tests")):
     if p not in sys.path:
         sys.path.insert(0, p)
 
 # Spark executors and spawned CLIs must import the project and use this interpreter; Airflow
 # must read the repo's airflow.cfg with its DB in a per-session folder. Set before any import.
 _AIRFLOW_HOME = tempfile.mkdtemp(prefix="topology-airflow-")
-os.environ["PYTHONPATH"] = os.pathsep.join(p for p in [str(ROOT), str(ROOT / "plugins"), os.environ.get("PYTHONPATH", "")] if p)
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in [str(ROOT), str(ROOT / "plugins"), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")] if p)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

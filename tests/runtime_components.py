@@ -1,0 +1,188 @@
+"""Test components that report to Redis (they run in forked worker processes). Each reads the
+Redis URL from the user config key ``test.redis.url`` and writes under ``test.key``."""
+
+from __future__ import annotations
+
+import time
+
+import redis
+
+from topology_runtime import BasicBolt, Bolt, FailedException, Spout
+
+
+def _redis(conf) -> redis.Redis:
+    return redis.Redis.from_url(conf["test.redis.url"], decode_responses=True)
+
+
+class FeedSpout(Spout):
+    """Emits msg ids pushed to the Redis list ``<key>:feed`` (values [id]); records ack/fail
+    events to ``<key>:events``; replays failures when ``replay``; finishes on id ``-1``."""
+
+    outputs = ["n"]
+
+    def __init__(self, replay: bool = False, tracked: bool = True) -> None:
+        self.replay = replay
+        self.tracked = tracked
+
+    def open(self, conf, context):
+        self.r = _redis(conf)
+        self.key = conf.get("test.key", "t")
+        self.retry: list[int] = []
+        self.pending: set[int] = set()
+        self.done = False
+
+    def next_tuple(self):
+        if self.retry:
+            n = self.retry.pop()
+            self.emit([n], msg_id=n)
+            return
+        if self.done:
+            if not self.pending:
+                self.finish()
+            return
+        raw = self.r.lpop(f"{self.key}:feed")
+        if raw is None:
+            time.sleep(0.001)
+            return
+        n = int(raw)
+        if n == -1:
+            self.done = True
+            return
+        self.r.incr(f"{self.key}:emits")
+        if self.tracked:
+            self.pending.add(n)
+            self.emit([n], msg_id=n)
+        else:
+            self.emit([n])
+
+    def ack(self, msg_id):
+        self.pending.discard(msg_id)
+        self.r.rpush(f"{self.key}:events", f"ack:{msg_id}")
+
+    def fail(self, msg_id):
+        self.r.rpush(f"{self.key}:events", f"fail:{msg_id}")
+        if self.replay:
+            self.retry.append(msg_id)
+        else:
+            self.pending.discard(msg_id)
+
+
+class Record(Bolt):
+    """Records each input's first value to ``<key>:seen:<component>``; acks (or not)."""
+
+    outputs = ["n"]
+
+    def __init__(self, ack: bool = True, emit: bool = False, anchored: bool = True) -> None:
+        self.do_ack, self.do_emit, self.anchored = ack, emit, anchored
+
+    def prepare(self, conf, context):
+        self.r = _redis(conf)
+        self.key = conf.get("test.key", "t")
+        self.name = context.component_id
+        self.task = context.task_id
+
+    def execute(self, tup):
+        if tup.is_tick():
+            return
+        self.r.rpush(f"{self.key}:seen:{self.name}", f"{tup[0]}@{self.task}")
+        if self.do_emit:
+            self.emit([tup[0]], anchors=tup if self.anchored else [])
+        if self.do_ack:
+            self.ack(tup)
+
+
+class Agg(Bolt):
+    """Holds ``size`` inputs, then emits one tuple anchored to all of them and acks them."""
+
+    outputs = ["n"]
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def prepare(self, conf, context):
+        self.held = []
+        self.r = _redis(conf)
+        self.key = conf.get("test.key", "t")
+
+    def execute(self, tup):
+        self.held.append(tup)
+        if len(self.held) == self.size:
+            ids = sorted(t[0] for t in self.held)
+            self.r.rpush(f"{self.key}:events", "agg:" + ",".join(map(str, ids)))
+            self.emit([len(self.held)], anchors=self.held)
+            for t in self.held:
+                self.ack(t)
+            self.held = []
+
+
+class SelfAnchor(Bolt):
+    outputs = ["n"]
+
+    def execute(self, tup):
+        self.emit([tup[0]], anchors=[tup, tup])
+        self.ack(tup)
+
+
+class AckEveryOther(Bolt):
+    outputs = []
+
+    def execute(self, tup):
+        if tup[0] % 2:
+            self.ack(tup)
+
+
+class ResetHolder(Bolt):
+    """Holds every input; on each tick resets the timeout of id 1 until ``hold_secs`` passed,
+    then acks it. Other ids are held without reset (they time out)."""
+
+    outputs = []
+
+    def __init__(self, hold_secs: float) -> None:
+        self.hold_secs = hold_secs
+
+    def prepare(self, conf, context):
+        self.held = {}
+        self.since = None
+
+    def execute(self, tup):
+        if tup.is_tick():
+            t = self.held.get(1)
+            if t is not None:
+                if time.monotonic() - self.since >= self.hold_secs:
+                    self.ack(self.held.pop(1))
+                else:
+                    self.reset_timeout(t)
+            return
+        self.held[tup[0]] = tup
+        if tup[0] == 1:
+            self.since = time.monotonic()
+
+
+class Failer(Bolt):
+    outputs = []
+
+    def execute(self, tup):
+        self.fail(tup)
+
+
+class BasicFailer(BasicBolt):
+    outputs = ["n"]
+
+    def execute(self, tup):
+        self.emit([tup[0]])
+        raise FailedException("no")
+
+
+class FlakyOnce(BasicBolt):
+    """Raises on the first attempt of every id (a user bug), succeeds on the replay."""
+
+    outputs = ["n"]
+
+    def prepare(self, conf, context):
+        self.r = _redis(conf)
+        self.key = conf.get("test.key", "t")
+
+    def execute(self, tup):
+        if self.r.sadd(f"{self.key}:flaky", tup[0]):
+            raise ZeroDivisionError(f"planted bug on {tup[0]}")
+        self.r.rpush(f"{self.key}:seen:flaky", str(tup[0]))
