@@ -7,7 +7,7 @@ import time
 
 import redis
 
-from topology_runtime import BasicBolt, Bolt, FailedException, Spout
+from topology_runtime import BasicBolt, Bolt, FailedException, Spout, Stream
 
 
 def _redis(conf) -> redis.Redis:
@@ -186,3 +186,141 @@ class FlakyOnce(BasicBolt):
         if self.r.sadd(f"{self.key}:flaky", tup[0]):
             raise ZeroDivisionError(f"planted bug on {tup[0]}")
         self.r.rpush(f"{self.key}:seen:flaky", str(tup[0]))
+
+
+class NumberSpout(Spout):
+    """Emits 0..n-1 split over its tasks on the default stream (and "side" if asked); bounded."""
+
+    outputs = {"default": ["n", "key"], "side": ["n"]}
+
+    def __init__(self, n: int, side: bool = False, tracked: bool = True) -> None:
+        self.n, self.side, self.tracked = n, side, tracked
+
+    def open(self, conf, context):
+        self.todo = list(range(context.task_index, self.n, context.parallelism))[::-1]
+        self.pending: set = set()
+        self.retry: list = []
+        self.r = _redis(conf)
+        self.key = conf.get("test.key", "t")
+        self.r.rpush(f"{self.key}:ctx", f"{context.component_id}|{context.task_id}|{context.task_index}|"
+                     f"{context.component_tasks(context.component_id)}|{conf.get('my.setting')}")
+
+    def next_tuple(self):
+        if self.retry:
+            i = self.retry.pop()
+            self.emit([i, f"k{i % 7}"], msg_id=i)
+            return
+        if self.todo:
+            i = self.todo.pop()
+            targets = self.emit([i, f"k{i % 7}"], msg_id=i if self.tracked else None)
+            self.r.rpush(f"{self.key}:targets", f"{i}:{','.join(map(str, targets))}")
+            if self.tracked:
+                self.pending.add(i)
+            if self.side:
+                self.emit([i], stream="side")
+        elif not self.pending:
+            self.finish()
+
+    def ack(self, msg_id):
+        self.pending.discard(msg_id)
+
+    def fail(self, msg_id):
+        self.retry.append(msg_id)
+
+
+class TaskRecorder(BasicBolt):
+    """Records (value, own task id) of every input under ``<key>:got:<component>``."""
+
+    outputs = ["n"]
+
+    def prepare(self, conf, context):
+        self.r = _redis(conf)
+        self.key = conf.get("test.key", "t")
+        self.name, self.task = context.component_id, context.task_id
+        self.buf: list[str] = []
+
+    def execute(self, tup):
+        if tup.is_tick():
+            self.r.rpush(f"{self.key}:ticks:{self.name}", f"{self.task}:{time.monotonic()}")
+            return
+        self.buf.append(f"{tup[0]}|{self.task}|{tup.source_component}|{tup.stream}")
+        if len(self.buf) >= 50:
+            self.flush()
+
+    def flush(self):
+        if self.buf:
+            self.r.rpush(f"{self.key}:got:{self.name}", *self.buf)
+            self.buf = []
+
+    def cleanup(self):
+        self.flush()
+
+
+class BadEmitter(Bolt):
+    """Tries bad emits and records the error messages it gets back."""
+
+    outputs = {"default": ["a", "b"], "targeted": Stream(["a"], direct=True)}
+
+    def prepare(self, conf, context):
+        self.r = _redis(conf)
+        self.key = conf.get("test.key", "t")
+
+    def execute(self, tup):
+        for attempt in (
+            lambda: self.emit([1]),                             # wrong number of values
+            lambda: self.emit([1, object()]),                   # not carried by the wire
+            lambda: self.emit([1, 2**70]),                      # int too large for the wire
+            lambda: self.emit([1, 2], stream="nope"),           # undeclared stream
+            lambda: self.emit([1], stream="targeted"),          # emit on a direct stream
+            lambda: self.emit_direct(99999, [1], stream="targeted"),  # task not subscribed
+            lambda: self.emit_direct(1, [1, 2]),                 # emit_direct on a normal stream
+        ):
+            try:
+                attempt()
+                self.r.rpush(f"{self.key}:errors", "NO ERROR")
+            except Exception as e:  # noqa: BLE001 - recorded for the test
+                self.r.rpush(f"{self.key}:errors", f"{type(e).__name__}: {e}")
+        self.ack(tup)
+
+
+class DirectSender(Bolt):
+    """Sends each input straight to the lowest task of ``target`` with emit_direct."""
+
+    outputs = {"targeted": Stream(["n"], direct=True)}
+
+    def prepare(self, conf, context):
+        self.target = min(context.component_tasks("direct"))
+
+    def execute(self, tup):
+        self.emit_direct(self.target, [tup[0]], anchors=tup, stream="targeted")
+        self.ack(tup)
+
+
+class BrokenOpen(Spout):
+    outputs = ["n"]
+
+    def open(self, conf, context):
+        raise RuntimeError("planted open failure")
+
+
+class Forever(Spout):
+    outputs = ["n", "key"]
+
+    def open(self, conf, context):
+        self.i = 0
+        self.acked: set = set()
+        self.r = _redis(conf)
+
+    def next_tuple(self):
+        self.i += 1
+        self.emit([self.i, "x"], msg_id=self.i)
+        time.sleep(0.0005)
+
+    def ack(self, msg_id):
+        self.r.sadd("t:acked", msg_id)
+
+    def fail(self, msg_id):
+        self.r.sadd("t:failed", msg_id)
+
+    def close(self):
+        self.r.set("t:emitted", self.i)
