@@ -324,3 +324,28 @@ class Forever(Spout):
 
     def close(self):
         self.r.set("t:emitted", self.i)
+
+
+class PingPong(Bolt):
+    """Each input makes ``fanout`` outputs to the other side until the hop count runs out."""
+
+    outputs = ["n", "hops"]
+
+    def __init__(self, fanout: int) -> None:
+        self.fanout = fanout
+
+    def prepare(self, conf, context):
+        self.executed = 0
+        self.out = f"{conf['test.outdir']}/{context.component_id}-{context.task_id}"
+
+    def execute(self, tup):
+        self.executed += 1
+        hops = 3 if tup.source_component == "nums" else tup[1]
+        if hops > 0:
+            for k in range(self.fanout):
+                self.emit([tup[0] * 10 + k, hops - 1], anchors=tup)
+        self.ack(tup)
+
+    def cleanup(self):
+        with open(self.out, "w") as f:
+            f.write(str(self.executed))
