@@ -53,3 +53,46 @@ def redis_client(redis_url):
     client = redis.Redis.from_url(redis_url)
     yield client
     client.close()
+
+
+# --- one semantic suite, parametrised by launcher ---------------------------------------------------
+# Every test that takes `make_cluster` runs on LocalCluster; those marked `spark_subset` also run
+# on SparkCluster (local[2]) and those marked `local_cluster` on local-cluster[2,1,1024]
+# (separate executor JVMs). Spark costs a JVM start per run, hence a subset.
+def pytest_configure(config):
+    config.addinivalue_line("markers", "spark_subset: also run this launcher test on Spark local[2]")
+    config.addinivalue_line("markers", "local_cluster: also run this launcher test on local-cluster[2,1,1024]")
+
+
+def pytest_generate_tests(metafunc):
+    if "launcher" not in metafunc.fixturenames:
+        return
+    params = [pytest.param("local", id="local")]
+    spark_marks = [pytest.mark.spark, pytest.mark.slow]
+    if metafunc.definition.get_closest_marker("spark_subset"):
+        params.append(pytest.param("spark", id="spark", marks=spark_marks))
+    if metafunc.definition.get_closest_marker("local_cluster"):
+        params.append(pytest.param("local-cluster", id="local-cluster", marks=spark_marks))
+    metafunc.parametrize("launcher", params)
+
+
+@pytest.fixture
+def make_cluster(launcher, redis_url, tmp_path):
+    from topology_runtime import LocalCluster
+    from topology_runtime.spark_cluster import SparkCluster
+
+    clusters = []
+
+    def make(workers: int = 2):
+        if launcher == "local":
+            cluster = LocalCluster(workers=workers)
+        else:
+            master = "local[2]" if launcher == "spark" else "local-cluster[2,1,1024]"
+            cluster = SparkCluster(master, workers=workers, redis_url=redis_url, log_dir=str(tmp_path),
+                                   progress_interval=1)
+        clusters.append(cluster)
+        return cluster
+
+    yield make
+    for c in clusters:
+        c.shutdown()

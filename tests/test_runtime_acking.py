@@ -11,7 +11,7 @@ import redis
 from runtime_components import (
     AckEveryOther, Agg, BasicFailer, FeedSpout, Failer, Record, ResetHolder, SelfAnchor,
 )
-from topology_runtime import LocalCluster, TopologyBuilder
+from topology_runtime import TopologyBuilder
 from topology_runtime.local_cluster import wait_for
 
 
@@ -21,16 +21,17 @@ def r(redis_url):
 
 
 @pytest.fixture
-def start(redis_url):
-    """start(topology, conf) -> run on a 2-worker LocalCluster; killed at teardown."""
-    cluster = LocalCluster(workers=2)
+def start(redis_url, make_cluster):
+    """start(topology, conf) -> a run on 2 workers of the launcher under test; killed at teardown."""
+    cluster = make_cluster(2)
 
     def _start(topology, conf=None, name="t"):
         c = {"test.redis.url": redis_url, "test.key": "t", **(conf or {})}
-        return cluster.submit(name, topology, c)
+        run = cluster.submit(name, topology, c)
+        assert wait_for(lambda: run.status().state == "running", 120)
+        return run
 
-    yield _start
-    cluster.shutdown()
+    return _start
 
 
 def feed(r, *ids):
@@ -41,6 +42,7 @@ def events(r):
     return r.lrange("t:events", 0, -1)
 
 
+@pytest.mark.spark_subset
 def test_acking_tree_acks_only_after_the_aggregate_completes(start, r):
     """testAcking: an aggregator anchors one output to 3 inputs from different trees."""
     b = TopologyBuilder()
@@ -154,6 +156,7 @@ def test_unanchored_emit_is_not_part_of_the_tree(start, r):
     assert wait_for(lambda: events(r) == ["ack:4"], 20)
 
 
+@pytest.mark.spark_subset
 def test_explicit_fail_reaches_spout_fast(start, r):
     b = TopologyBuilder()
     b.set_spout("s", FeedSpout())
@@ -190,13 +193,15 @@ def test_max_spout_pending_caps_tracked_tuples(start, r):
     assert wait_for(lambda: run.status().components["s"].emitted == 6, 3)
 
 
-def test_multiple_ackers_and_replay_complete_a_bounded_run(redis_url, r):
+@pytest.mark.spark_subset
+@pytest.mark.local_cluster
+def test_multiple_ackers_and_replay_complete_a_bounded_run(redis_url, r, make_cluster):
     b = TopologyBuilder()
     b.set_spout("s", FeedSpout(replay=True), 2)
     b.set_bolt("a", Record(emit=True), 3).shuffle_grouping("s")
     b.set_bolt("b", Record(), 2).fields_grouping("a", ["n"])
     r.rpush("t:feed", *range(200), -1, -1)
-    with LocalCluster(workers=2) as cluster:
+    with make_cluster(2) as cluster:
         status = cluster.run("acks3", b.create_topology(),
                              {"test.redis.url": redis_url, "topology.acker.executors": 3}, timeout=60)
     assert status.state == "completed"

@@ -26,7 +26,8 @@ def _got(r, component):
     return [(int(v), int(task), src, stream) for v, task, src, stream in rows]
 
 
-def test_all_groupings_on_two_workers(redis_url, r):
+@pytest.mark.spark_subset
+def test_all_groupings_on_two_workers(redis_url, r, make_cluster):
     b = TopologyBuilder()
     b.set_spout("nums", NumberSpout(300, side=True), 2)
     b.set_bolt("shuffle", TaskRecorder(), 3).shuffle_grouping("nums")
@@ -37,7 +38,7 @@ def test_all_groupings_on_two_workers(redis_url, r):
     b.set_bolt("local", TaskRecorder(), 3).local_or_shuffle_grouping("nums")
     b.set_bolt("sender", DirectSender(), 2).shuffle_grouping("nums")
     b.set_bolt("direct", TaskRecorder(), 3).direct_grouping("sender", stream="targeted")
-    with LocalCluster(workers=2) as cluster:
+    with make_cluster(2) as cluster:
         run = cluster.submit("groupings", b.create_topology(), {"test.redis.url": redis_url})
         status = run.wait(60)
         plan = run.plan
