@@ -55,7 +55,7 @@ def driver_args(name: str, topology_ref: str | None, topology_file: str | None, 
     import json
 
     args = ["--name", name, "--workers", str(workers), "--redis", redis_url,
-            "--progress-interval", str(progress_interval)]
+            "--progress-interval", str(progress_interval or 0)]
     args += ["--topology", topology_ref] if topology_ref else ["--topology-file", str(topology_file)]
     for k, v in (conf or {}).items():
         args += ["--conf", f"{k}={v if isinstance(v, str) else json.dumps(v)}"]

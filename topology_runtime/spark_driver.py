@@ -71,7 +71,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--redis", required=True)
-    p.add_argument("--progress-interval", type=float, default=5.0)
+    p.add_argument("--progress-interval", type=float, default=5.0, help="seconds between progress lines; 0: none")
     p.add_argument("--log-file", default=None)
     return p.parse_args(argv)
 
@@ -116,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     sc.setLogLevel("ERROR")
     host = sc.getConf().get("spark.driver.host", os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"))
     sup = RunSupervisor(args.name, plan, host=host, restart_all_on_failure=True)
-    reporter = RunReporter(sup, control, token, progress_interval=args.progress_interval)
+    # 0 turns progress lines off; the summary at the end is always printed.
+    reporter = RunReporter(sup, control, token, progress_interval=args.progress_interval or 1e9)
     stop_monitor = threading.Event()
 
     def monitor() -> None:

@@ -95,7 +95,16 @@ class RedisStreamSpout(Spout):
                 self.to_ack.append(raw_id.decode())
                 continue
             mid = raw_id.decode()
-            self.values[mid] = self._decode(mid, data)
+            try:
+                self.values[mid] = self._decode(mid, data)
+            except KeyError as e:  # malformed entry: dead-letter it now rather than stall on it
+                log.error("%s; moved to dead-letter list %s", e.args[0], self.dead_letter)
+                self.dead.append(json.dumps({"stream": self.stream, "id": mid, "error": e.args[0],
+                                             "raw": {k.decode(errors="replace"): v.decode(errors="replace")
+                                                     for k, v in data.items()}}).encode())
+                self.to_ack.append(mid)
+                self.dead_lettered += 1
+                continue
             if replay:
                 self.retry.append(mid)
             ids.append(mid)
