@@ -107,3 +107,36 @@ def test_kill_command_and_duplicate_run(redis_url, tmp_path):
     assert status.state == "killed"
     assert run.proc.returncode == 2
     assert not cp.is_live("spark-forever")
+
+
+def _pins(*names: str) -> list[str]:
+    lock = (ROOT / "requirements.lock").read_text().splitlines()
+    return [line.strip() for line in lock if line.split("==")[0].strip().lower() in names]
+
+
+def test_packed_env_shipped_with_archives_on_local_cluster(redis_url, tmp_path):
+    """The cluster recipe of docs/operations.md: compiled dependencies (pyzmq) travel in a
+    venv-pack archive (--archives), executors run its Python; on separate executor JVMs."""
+    env = tmp_path / "packenv"
+    subprocess.run([sys.executable, "-m", "venv", str(env)], check=True)
+    pip = [str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    subprocess.run(pip + _pins("pyzmq", "msgpack", "redis"), check=True, timeout=300)
+    subprocess.run(pip + ["--no-deps", str(ROOT)], check=True, timeout=300, cwd=tmp_path)
+    archive = tmp_path / "topology-env.tar.gz"
+    subprocess.run([str(Path(sys.executable).parent / "venv-pack"), "-p", str(env), "-o", str(archive), "-q"],
+                   check=True, timeout=300)
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    truth = _truth(client, 1000)
+    spark_conf = {"spark.archives": f"{archive}#env", "spark.pyspark.python": "./env/bin/python",
+                  "spark.pyspark.driver.python": sys.executable}
+    with SparkCluster("local-cluster[2,1,1024]", workers=2, redis_url=redis_url, spark_conf=spark_conf,
+                      log_dir=str(tmp_path), progress_interval=1) as c:
+        run = c.submit("packed", "tests.spark_topologies:wordcount", {"redis.url": redis_url})
+        status = run.wait(300)
+        log = run.log()
+    assert status.state == "completed", log[-3000:]
+    assert _counts(client) == truth
+    workers = ControlPlane(redis_url).get("packed").status["workers"]
+    pythons = {w["python"] for w in workers.values()}
+    # Each executor unpacked the archive in its own work dir and runs that interpreter.
+    assert len(pythons) == 2 and all(p.endswith("/env/bin/python") and "/work/app-" in p for p in pythons), pythons

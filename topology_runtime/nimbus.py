@@ -39,6 +39,7 @@ class WorkerSlot:
     last_seen: float = 0.0
     stopped: bool = False
     extra: dict = field(default_factory=dict)
+    hello: dict = field(default_factory=dict)
 
 
 def _add_task_stats(into: dict, task: int, s: dict) -> None:
@@ -141,6 +142,7 @@ class RunSupervisor:
         with self.lock:
             now = time.monotonic()
             return {str(i): {"incarnation": s.incarnation, "address": s.address, "pid": s.extra.get("pid"),
+                             "python": s.hello.get("python"), "host": s.hello.get("host"),
                              "heartbeat_age_secs": round(now - s.last_seen, 2) if s.last_seen else None,
                              "queue": s.extra.get("queue"), "backlog": s.extra.get("backlog"),
                              "pending": s.extra.get("pending"), "ready": s.ready}
@@ -212,6 +214,7 @@ class RunSupervisor:
                 slot.ready = False
                 slot.stopped = False
             slot.address = msg["addr"]
+            slot.hello = {k: msg.get(k) for k in ("pid", "python", "host")}
             slot.extra["pid"] = msg.get("pid")
             slot.last_seen = time.monotonic()
             if self._stop_reason is not None:
@@ -318,6 +321,7 @@ class RunSupervisor:
                 _add_task_stats(per_task, int(task), s)
             for task, s in slot.stats.items():
                 _add_task_stats(per_task, int(task), s)
+        live_queue = {int(t): s.get("queue", 0) for slot in self.slots.values() for t, s in slot.stats.items()}
         components: dict[str, ComponentStats] = {}
         system: dict[str, ComponentStats] = {}
         for cid, tasks in plan.component_tasks.items():
@@ -329,6 +333,7 @@ class RunSupervisor:
                     continue
                 for k in _COUNTERS:
                     setattr(cs, k, getattr(cs, k) + s.get(k, 0))
+                cs.queue_depth += live_queue.get(t, 0)
                 ex_h.merge(s["execute"])
                 co_h.merge(s["complete"])
             cs.execute_latency_ms = ex_h.mean

@@ -152,7 +152,8 @@ class Worker:
     # --- setup -------------------------------------------------------------------------------------
     def _hello(self) -> None:
         self.control.send({"t": "hello", "w": self.index, "inc": self.spec.incarnation,
-                           "addr": self.address, "pid": os.getpid()})
+                           "addr": self.address, "pid": os.getpid(), "python": sys.executable,
+                           "host": self.spec.host})
 
     def set_peers(self, peers: dict) -> None:
         """Peer addresses known up front (Spark's allGather); else the supervisor sends them."""
@@ -442,6 +443,12 @@ class Worker:
         for group in (self.local_spouts, self.local_bolts, self.local_ackers):
             for task, ex in group.items():
                 tasks[task] = ex.stats.to_dict()
+        if self.queue:  # input queue depth per task (once per stats interval, not per tuple)
+            depth: dict[int, int] = {}
+            for ex, _ in self.queue:
+                depth[ex.task] = depth.get(ex.task, 0) + 1
+            for task, n in depth.items():
+                tasks[task]["queue"] = n
         return {"tasks": tasks, "queue": len(self.queue), "pid": os.getpid(), "backlog": self.transport.backlogged(),
                 "pending": sum(len(s.pending) for s in self.local_spouts.values()),
                 "acker_pending": sum(len(a.acker) for a in self.local_ackers.values()),
