@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pendulum
 from airflow.sdk import DAG, Param, task
-
 from topology_airflow import SubmitTopologyOperator
 
 with DAG(

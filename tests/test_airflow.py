@@ -45,7 +45,6 @@ def test_wordcount_dag_runs_topology_on_spark(airflow_db, redis_url, monkeypatch
 
 def test_operator_fails_when_topology_fails(airflow_db, redis_url):
     from airflow.sdk.exceptions import AirflowException
-
     from topology_airflow import SubmitTopologyOperator
 
     op = SubmitTopologyOperator(task_id="broken", topology="tests.spark_topologies:broken", name="af-broken",

@@ -7,10 +7,17 @@ import time
 
 import pytest
 import redis
-
 from runtime_components import (
-    AckEveryOther, Agg, BasicFailer, FeedSpout, Failer, Record, ResetHolder, SelfAnchor,
+    AckEveryOther,
+    Agg,
+    BasicFailer,
+    Failer,
+    FeedSpout,
+    Record,
+    ResetHolder,
+    SelfAnchor,
 )
+
 from topology_runtime import TopologyBuilder
 from topology_runtime.local_cluster import wait_for
 

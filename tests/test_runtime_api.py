@@ -8,10 +8,17 @@ import time
 
 import pytest
 import redis
-
 from runtime_components import (
-    BadEmitter, BrokenOpen, DirectSender, FeedSpout, Forever, NumberSpout, Record, TaskRecorder,
+    BadEmitter,
+    BrokenOpen,
+    DirectSender,
+    FeedSpout,
+    Forever,
+    NumberSpout,
+    Record,
+    TaskRecorder,
 )
+
 from topology_runtime import ConfigError, LocalCluster, TopologyBuilder, TopologyFailed
 from topology_runtime.local_cluster import wait_for
 
@@ -59,7 +66,7 @@ def test_all_groupings_on_two_workers(redis_url, r, make_cluster):
     assert {t for _, t, *_ in _got(r, "direct")} == {min(tasks["direct"])}
     # local_or_shuffle: a spout task's tuples stay on its own worker.
     spout_worker = {t: plan.task_worker[t] for t in tasks["nums"]}
-    for v, t, src, _ in _got(r, "local"):
+    for v, t, _src, _ in _got(r, "local"):
         assert plan.task_worker[t] == spout_worker[tasks["nums"][v % 2]]
     # emit returns the target task ids: one per grouping with one target, plus the all-grouping's 3
     # are on "side", so the default stream's targets are 6 per tuple.

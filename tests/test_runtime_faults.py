@@ -7,8 +7,8 @@ import signal
 from pathlib import Path
 
 import redis
-
 from runtime_components import FlakyOnce, NumberSpout, PingPong, Record
+
 from topology_runtime import LocalCluster, TopologyBuilder
 from topology_runtime.local_cluster import wait_for
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from examples.wordcount import COUNTS, STREAM, load_sentences
+from examples.wordcount import COUNTS, load_sentences
 from topology_runtime.control_plane import ControlPlane
 from topology_runtime.local_cluster import wait_for
 from topology_runtime.spark_cluster import SparkCluster, spark_env

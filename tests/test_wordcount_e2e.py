@@ -84,7 +84,7 @@ def test_sigkill_each_worker_in_turn_loses_nothing(redis_url):
             assert wait_for(lambda: run.status().components["split"].executed > 100, 30)
             restarts = run.status().restarts
             os.kill(run.pids[victim], signal.SIGKILL)
-            assert wait_for(lambda: run.status().restarts == restarts + 1, 30), "worker was not restarted"
+            assert wait_for(lambda n=restarts: run.status().restarts == n + 1, 30), "worker was not restarted"
             time.sleep(0.5)
         status = run.wait(timeout=180)
     assert status.state == "completed", status.error

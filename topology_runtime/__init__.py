@@ -2,7 +2,14 @@
 
 from .builder import Topology, TopologyBuilder, TopologyError
 from .components import (
-    BasicBolt, Bolt, FailedException, ReplayableSpout, Spout, Stream, TopologyContext, Tuple,
+    BasicBolt,
+    Bolt,
+    FailedException,
+    ReplayableSpout,
+    Spout,
+    Stream,
+    TopologyContext,
+    Tuple,
 )
 from .config import Config, ConfigError
 from .local_cluster import LocalCluster, TopologyFailed

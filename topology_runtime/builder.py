@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from .components import (
     DEFAULT_STREAM,
@@ -70,7 +71,7 @@ class InputDeclarer:
     def __init__(self, spec: ComponentSpec) -> None:
         self._spec = spec
 
-    def _add(self, kind: str, component: str, stream: str, fields: Sequence[str] = ()) -> "InputDeclarer":
+    def _add(self, kind: str, component: str, stream: str, fields: Sequence[str] = ()) -> InputDeclarer:
         if not isinstance(component, str):
             raise TopologyError(f"bolt {self._spec.id!r}: {kind} grouping needs a component id, got {component!r}")
         if isinstance(fields, str):
@@ -78,28 +79,28 @@ class InputDeclarer:
         self._spec.inputs.append(Grouping(component, stream, kind, tuple(fields)))
         return self
 
-    def shuffle_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> "InputDeclarer":
+    def shuffle_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> InputDeclarer:
         return self._add(SHUFFLE, component, stream)
 
-    def fields_grouping(self, component: str, fields: Sequence[str], stream: str = DEFAULT_STREAM) -> "InputDeclarer":
+    def fields_grouping(self, component: str, fields: Sequence[str], stream: str = DEFAULT_STREAM) -> InputDeclarer:
         return self._add(FIELDS, component, stream, fields)
 
-    def global_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> "InputDeclarer":
+    def global_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> InputDeclarer:
         return self._add(GLOBAL, component, stream)
 
-    def all_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> "InputDeclarer":
+    def all_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> InputDeclarer:
         return self._add(ALL, component, stream)
 
-    def direct_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> "InputDeclarer":
+    def direct_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> InputDeclarer:
         return self._add(DIRECT, component, stream)
 
-    def local_or_shuffle_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> "InputDeclarer":
+    def local_or_shuffle_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> InputDeclarer:
         return self._add(LOCAL_OR_SHUFFLE, component, stream)
 
-    def none_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> "InputDeclarer":
+    def none_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> InputDeclarer:
         return self._add(NONE, component, stream)
 
-    def add_configuration(self, key: str, value: Any) -> "InputDeclarer":
+    def add_configuration(self, key: str, value: Any) -> InputDeclarer:
         """Per-component config (e.g. ``topology.tick.tuple.freq.secs``), as Storm's declarer."""
         self._spec.conf[key] = value
         return self
@@ -109,7 +110,7 @@ class SpoutDeclarer:
     def __init__(self, spec: ComponentSpec) -> None:
         self._spec = spec
 
-    def add_configuration(self, key: str, value: Any) -> "SpoutDeclarer":
+    def add_configuration(self, key: str, value: Any) -> SpoutDeclarer:
         self._spec.conf[key] = value
         return self
 

@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from .builder import TopologyError
 from .config import ConfigError, coerce_cli_value

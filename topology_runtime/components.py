@@ -7,7 +7,8 @@ goes straight to the collector without an extra Python frame on the hot path.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 DEFAULT_STREAM = "default"
 SYSTEM_COMPONENT = "__system"

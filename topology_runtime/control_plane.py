@@ -47,7 +47,7 @@ class LeaseKeeper:
     """Renews a run's lease from its own thread from the moment it is taken (JVM start-up can
     outlast the lease), and calls ``on_lost`` if another run took it over."""
 
-    def __init__(self, control: "ControlPlane", topology_id: str, token: int, on_lost) -> None:
+    def __init__(self, control: ControlPlane, topology_id: str, token: int, on_lost) -> None:
         import threading
 
         self.control, self.topology_id, self.token, self.on_lost = control, topology_id, token, on_lost

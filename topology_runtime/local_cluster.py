@@ -7,7 +7,8 @@ import logging
 import multiprocessing
 import threading
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .builder import Topology, TopologyError
 from .config import resolve_config
@@ -195,7 +196,7 @@ class LocalCluster:
             if not run.done:
                 run.kill(timeout=30)
 
-    def __enter__(self) -> "LocalCluster":
+    def __enter__(self) -> LocalCluster:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -16,7 +16,15 @@ from typing import Any
 
 from .plan import ACKER, Plan
 from .status import (
-    COMPLETED, FAILED, FINAL_STATES, KILLED, RUNNING, STARTING, ComponentStats, LatencyHistogram, RunStatus,
+    COMPLETED,
+    FAILED,
+    FINAL_STATES,
+    KILLED,
+    RUNNING,
+    STARTING,
+    ComponentStats,
+    LatencyHistogram,
+    RunStatus,
 )
 from .transport import ControlServer
 

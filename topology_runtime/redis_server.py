@@ -67,7 +67,7 @@ class RedisServer:
                 "--dir", str(self.data_dir), "--save", "", "--appendonly", "yes" if self.appendonly else "no",
                 "--appendfsync", self.appendfsync, "--protected-mode", "no"]
 
-    def start(self) -> "RedisServer":
+    def start(self) -> RedisServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(self.args(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.wait_ready()
@@ -104,7 +104,7 @@ class RedisServer:
         self.stop()
         self.start()
 
-    def __enter__(self) -> "RedisServer":
+    def __enter__(self) -> RedisServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from typing import Callable, TextIO
+from collections.abc import Callable
+from typing import TextIO
 
 import redis
 

@@ -11,8 +11,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .builder import Topology
 from .config import resolve_config
@@ -75,7 +76,7 @@ def spark_submit_command(master: str, app_args: list[str], spark_conf: Mapping[s
 
 
 class SparkRun:
-    def __init__(self, cluster: "SparkCluster", name: str, topology: Any, conf: Mapping[str, Any] | None) -> None:
+    def __init__(self, cluster: SparkCluster, name: str, topology: Any, conf: Mapping[str, Any] | None) -> None:
         self.name = name
         self.control = ControlPlane(cluster.redis_url)
         resolved = resolve_config(conf, workers=cluster.workers)  # fail fast, in the caller
@@ -183,7 +184,7 @@ class SparkCluster:
             if not run.done:
                 run.kill(timeout=30)
 
-    def __enter__(self) -> "SparkCluster":
+    def __enter__(self) -> SparkCluster:
         return self
 
     def __exit__(self, *exc) -> None:

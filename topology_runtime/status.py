@@ -29,7 +29,7 @@ class LatencyHistogram:
         self.count += 1
         self.total += ms
 
-    def merge(self, other: "LatencyHistogram | dict") -> None:
+    def merge(self, other: LatencyHistogram | dict) -> None:
         if isinstance(other, dict):
             other = LatencyHistogram.from_dict(other)
         for b, n in other.buckets.items():
@@ -56,7 +56,7 @@ class LatencyHistogram:
         return {"b": [[k, v] for k, v in self.buckets.items()], "n": self.count, "t": self.total}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "LatencyHistogram":
+    def from_dict(cls, d: dict) -> LatencyHistogram:
         h = cls()
         h.buckets = {int(k): int(v) for k, v in d.get("b", [])}
         h.count = int(d.get("n", 0))

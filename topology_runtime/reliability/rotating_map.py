@@ -7,7 +7,8 @@ after its last put.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 
 class RotatingMap:

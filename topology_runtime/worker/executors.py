@@ -43,7 +43,7 @@ class EmitError(ValueError):
 
 
 class BaseExecutor:
-    def __init__(self, worker: "Worker", task: int, component: str, instance: Any, routes: dict[str, Route]) -> None:
+    def __init__(self, worker: Worker, task: int, component: str, instance: Any, routes: dict[str, Route]) -> None:
         self.worker = worker
         self.task = task
         self.component = component

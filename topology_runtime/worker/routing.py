@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
-from typing import Callable
+from collections.abc import Callable
 
 from ..builder import ALL, DIRECT, FIELDS, GLOBAL, LOCAL_OR_SHUFFLE, NONE, SHUFFLE
 from ..components import StreamInfo

@@ -20,7 +20,7 @@ from typing import Any
 import zmq
 
 from ..builder import is_basic
-from ..components import Tuple, TopologyContext
+from ..components import TopologyContext, Tuple
 from ..plan import ACKER, Plan
 from ..transport import ControlClient, DataTransport, pack, unpack
 from .executors import AckerExecutor, BoltExecutor, SpoutExecutor
