@@ -107,11 +107,13 @@ def test_tick_tuples_global_and_per_component(redis_url, r):
     with LocalCluster(workers=2) as cluster:
         run = cluster.submit("ticks", b.create_topology(),
                              {"test.redis.url": redis_url, "topology.tick.tuple.freq.secs": 1})
-        time.sleep(2.6)
+        assert wait_for(lambda: r.llen("t:ticks:slow") >= 1, 20)
+        fast0, slow0 = r.llen("t:ticks:fast"), r.llen("t:ticks:slow")
+        time.sleep(3.0)
+        fast, slow = r.llen("t:ticks:fast") - fast0, r.llen("t:ticks:slow") - slow0
         run.kill()
-    fast, slow = r.llen("t:ticks:fast"), r.llen("t:ticks:slow")
-    assert 9 <= fast <= 14, fast
-    assert 2 <= slow <= 3, slow
+    assert 12 <= fast <= 17, fast  # every 0.2 s (per-component setting)
+    assert 2 <= slow <= 4, slow  # every 1 s (topology setting)
 
 
 def test_context_and_user_config_reach_open(redis_url, r):
