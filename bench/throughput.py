@@ -182,52 +182,61 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sentences", type=int, default=100_000)
     p.add_argument("--workers", default="1,2")
-    p.add_argument("--launcher", default="local", choices=["local", "spark"])
+    p.add_argument("--launcher", default="local", help="local, spark, or both: local,spark (prints Spark/local ratios)")
     p.add_argument("--repeat", type=int, default=1, help="best of K for each variant")
     p.add_argument("--skip-half-load", action="store_true")
     p.add_argument("--redis", default=None, help="Redis for the spark launcher's control plane")
     args = p.parse_args(argv)
     sentences = make_sentences(args.sentences)
     workers = [int(w) for w in args.workers.split(",")]
+    launchers = args.launcher.split(",")
+    if not set(launchers) <= {"local", "spark"}:
+        raise SystemExit(f"--launcher: expected local and/or spark, got {args.launcher!r}")
     redis_url = args.redis
-    if args.launcher == "spark" and not redis_url:
+    if "spark" in launchers and not redis_url:
         from topology_runtime.redis_server import resolve_redis_url
 
         redis_url = resolve_redis_url(None)[0]
 
-    def best(**kw) -> dict:
-        runs = [run_variant(args.launcher, sentences, redis_url=redis_url, **kw) for _ in range(args.repeat)]
+    def best(launcher: str, **kw) -> dict:
+        runs = [run_variant(launcher, sentences, redis_url=redis_url, **kw) for _ in range(args.repeat)]
         return max(runs, key=lambda r: r["words_per_sec"])
 
     ceiling = bare_loop(sentences)
     rows = []
-    for w in workers:
-        for acking in (True, False):
-            r = best(workers=w, acking=acking)
-            rows.append(r)
-            print(f"  {args.launcher} {w} worker(s) acking {'on' if acking else 'off'}: "
-                  f"{r['words_per_sec']:,} words/s", file=sys.stderr, flush=True)
-    top = max((r for r in rows if r["acking"]), key=lambda r: (r["workers"], r["words_per_sec"]))
-    if not args.skip_half_load:
-        rate = top["words_per_sec"] / 2 / WORDS_PER_SENTENCE
-        rows.append(best(workers=top["workers"], acking=True, rate=rate))
+    for launcher in launchers:
+        for w in workers:
+            for acking in (True, False):
+                r = best(launcher, workers=w, acking=acking)
+                rows.append(r)
+                print(f"  {launcher} {w} worker(s) acking {'on' if acking else 'off'}: "
+                      f"{r['words_per_sec']:,} words/s", file=sys.stderr, flush=True)
+        top = max((r for r in rows if r["acking"] and r["launcher"] == launcher),
+                  key=lambda r: (r["workers"], r["words_per_sec"]))
+        if not args.skip_half_load:
+            rate = top["words_per_sec"] / 2 / WORDS_PER_SENTENCE
+            rows.append(best(launcher, workers=top["workers"], acking=True, rate=rate))
     rows.append(ceiling)
     print(f"\n{args.sentences:,} sentences x {WORDS_PER_SENTENCE} words, launcher {args.launcher}, "
           f"{os.cpu_count()} cores, Python {platform.python_version()}\n")
     print(table(rows, ceiling["words_per_sec"]))
-    acked = {r["workers"]: r["words_per_sec"] for r in rows if r["acking"] and not r.get("paced")}
-    unacked = {r["workers"]: r["words_per_sec"] for r in rows if not r["acking"] and r["launcher"] != "bare loop"}
-    for w in sorted(acked):
-        if w in unacked:
-            print(f"\nacking off / on, {w} worker(s): {unacked[w] / acked[w]:.2f}x")
-    if args.launcher == "spark":
+    plain = [r for r in rows if not r.get("paced") and r["launcher"] != "bare loop"]
+    by = {(r["launcher"], r["workers"], r["acking"]): r["words_per_sec"] for r in plain}
+    print()
+    for (launcher, w, acking), v in sorted(by.items()):
+        if acking and (launcher, w, False) in by:
+            print(f"{launcher}, {w} worker(s): acking off / on = {by[(launcher, w, False)] / v:.2f}x")
+        if launcher == "spark" and ("local", w, acking) in by:
+            print(f"spark / local, {w} worker(s), acking {'on' if acking else 'off'}: "
+                  f"{v / by[('local', w, acking)]:.2f}")
+    if "spark" in launchers:
         for r in rows:
             if r.get("startup_secs") is not None and r["launcher"] == "spark":
                 print(f"spark-submit -> first emit: {r['startup_secs']:.1f}s ({r['workers']}w, acking "
                       f"{'on' if r['acking'] else 'off'})")
     out = Path(__file__).resolve().parent / "results"
     out.mkdir(exist_ok=True)
-    (out / f"throughput-{args.launcher}.json").write_text(json.dumps(rows, indent=2))
+    (out / f"throughput-{args.launcher.replace(',', '-')}.json").write_text(json.dumps(rows, indent=2))
     return 0 if all(r["counted_ok"] for r in rows) else 1
 
 
