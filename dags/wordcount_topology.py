@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pendulum
 from airflow.sdk import DAG, Param, task
-from topology_airflow import SubmitTopologyOperator
+from topology_airflow import SubmitTopologyOperator, TopologyRecoveryOperator
 
 with DAG(
     dag_id="wordcount_topology",
@@ -36,6 +36,9 @@ with DAG(
 
     redis_url = load_sentences()
 
+    # Whatever a crashed earlier run left prepared is committed or rolled back before a new run.
+    recover = TopologyRecoveryOperator(task_id="recover_state", topology_id="wordcount", redis_url=redis_url)
+
     wordcount = SubmitTopologyOperator(
         task_id="wordcount",
         topology="examples.wordcount:topology",
@@ -57,4 +60,4 @@ with DAG(
             print(f"  {word:<10} {n}")
         return dict(top)
 
-    wordcount >> report(redis_url)
+    recover >> wordcount >> report(redis_url)

@@ -23,7 +23,7 @@ class CheckPointState:
     txid: int
     state: str
 
-    def next_state(self, recovering: bool) -> "CheckPointState":
+    def next_state(self, recovering: bool) -> CheckPointState:
         if self.state == PREPARING:
             return CheckPointState(self.txid - 1, COMMITTED) if recovering else CheckPointState(self.txid, COMMITTING)
         if self.state == COMMITTING:

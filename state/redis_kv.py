@@ -9,7 +9,8 @@ half a commit and prepared data survive until recovery decides.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import redis
 

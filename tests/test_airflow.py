@@ -37,7 +37,8 @@ def test_wordcount_dag_runs_topology_on_spark(airflow_db, redis_url, monkeypatch
     run = dag.test(run_conf={"sentences": 2000})
     assert run.state == "success"
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
-    assert states == {"load_sentences": "success", "wordcount": "success", "report": "success"}
+    assert states == {"load_sentences": "success", "recover_state": "success", "wordcount": "success",
+                      "report": "success"}
     counts = {k.decode(): int(v) for k, v in redis.Redis.from_url(redis_url).hgetall(COUNTS).items()}
     assert counts == true_counts(sample_sentences(2000))
     assert ControlPlane(redis_url).get("wordcount").state == "completed"
@@ -82,3 +83,52 @@ def test_operator_on_kill_stops_topology_and_task_fails(airflow_db, redis_url):
     assert "killed" in str(outcome["error"])
     assert cp.get("af-forever").state == "killed"
     assert time.monotonic() - t0 < 15
+
+
+def test_recovery_dag_rolls_back_a_planted_prepared_checkpoint(airflow_db, redis_url, monkeypatch):
+    from airflow.dag_processing.dagbag import DagBag
+
+    from state import RedisKeyValueState
+    from state.checkpoint import COMMITTED, PREPARING, CheckPointState, load_checkpoint, save_checkpoint
+
+    monkeypatch.setenv("TOPOLOGY_REDIS_URL", redis_url)
+    client = redis.Redis.from_url(redis_url)
+    for task in (1, 2):
+        s = RedisKeyValueState(client, "crashed", task)
+        s.put("count", 10)
+        s.prepare_commit(3)
+        s.commit(3)
+        s.put("count", 99)
+        s.prepare_commit(4)  # the crash: prepared, never committed
+    save_checkpoint(client, "crashed", CheckPointState(4, PREPARING))
+    dag = DagBag(dag_folder=str(ROOT / "dags")).get_dag("topology_recovery")
+    assert dag.params["action"] == "auto"
+    assert dag.params.get_param("action").schema["enum"] == ["auto", "rollback", "commit"]
+    dry = dag.test(run_conf={"topology_id": "crashed", "action": "auto", "dry_run": True})
+    assert dry.state == "success"
+    assert RedisKeyValueState(client, "crashed", 1).prepared_txid == 4  # dry run: untouched
+    run = dag.test(run_conf={"topology_id": "crashed", "action": "auto", "dry_run": False})
+    assert run.state == "success"
+    assert [RedisKeyValueState(client, "crashed", t).get("count") for t in (1, 2)] == [10, 10]
+    assert load_checkpoint(client, "crashed") == CheckPointState(3, COMMITTED)
+    assert not client.keys("topology:{crashed:*}:prepare")
+
+
+def test_recovery_dag_refuses_a_forced_commit_that_splits_txids(airflow_db, redis_url, monkeypatch):
+    from airflow.dag_processing.dagbag import DagBag
+
+    from state import RedisKeyValueState
+    from state.checkpoint import PREPARING, CheckPointState, save_checkpoint
+
+    monkeypatch.setenv("TOPOLOGY_REDIS_URL", redis_url)
+    client = redis.Redis.from_url(redis_url)
+    s = RedisKeyValueState(client, "split", 1)
+    s.put("x", 1)
+    s.prepare_commit(0)
+    RedisKeyValueState(client, "split", 2).put("x", 1)  # task 2 never prepared txid 0
+    client.hset("topology:{split:2}:txid", "commit", -1)
+    save_checkpoint(client, "split", CheckPointState(0, PREPARING))
+    dag = DagBag(dag_folder=str(ROOT / "dags")).get_dag("topology_recovery")
+    run = dag.test(run_conf={"topology_id": "split", "action": "commit", "dry_run": False})
+    assert run.state == "failed"
+    assert RedisKeyValueState(client, "split", 1).prepared_txid == 0  # nothing changed

@@ -6,9 +6,23 @@ import pytest
 import redis
 
 from state import (
-    InMemoryKeyValueState, RecoveryRefused, RedisKeyValueState, StateError, StateSerializationError, recover, reset,
+    InMemoryKeyValueState,
+    RecoveryRefused,
+    RedisKeyValueState,
+    StateError,
+    StateSerializationError,
+    recover,
+    reset,
 )
-from state.checkpoint import COMMITTED, COMMITTING, INITIAL, PREPARING, CheckPointState, load_checkpoint, save_checkpoint
+from state.checkpoint import (
+    COMMITTED,
+    COMMITTING,
+    INITIAL,
+    PREPARING,
+    CheckPointState,
+    load_checkpoint,
+    save_checkpoint,
+)
 from state.layout import ctl_key, task_key
 
 

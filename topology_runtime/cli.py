@@ -150,6 +150,30 @@ def cmd_kill(args: argparse.Namespace) -> int:
     return 7
 
 
+def cmd_recover(args: argparse.Namespace) -> int:
+    from state import RecoveryRefused, recover
+
+    try:
+        report = recover(args.id, _redis(args), action=args.action, dry_run=args.dry_run)
+    except RecoveryRefused as e:
+        print(f"topology: recovery refused: {e}", file=sys.stderr)
+        return 8
+    print(report.text())
+    return 0
+
+
+def cmd_reset(args: argparse.Namespace) -> int:
+    from state import RecoveryRefused, reset
+
+    try:
+        n = reset(args.id, _redis(args))
+    except RecoveryRefused as e:
+        print(f"topology: reset refused: {e}", file=sys.stderr)
+        return 8
+    print(f"deleted {n} key(s) of topology {args.id!r}")
+    return 0
+
+
 def cmd_redis(args: argparse.Namespace) -> int:
     from .redis_server import project_redis_url, stop_project_redis
 
@@ -201,6 +225,18 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--wait", type=float, default=30.0, help="seconds to wait for it to stop")
     k.add_argument("--redis")
     k.set_defaults(func=cmd_kill)
+
+    rc = sub.add_parser("recover", help="run the recovery protocol on a stopped topology's state")
+    rc.add_argument("id")
+    rc.add_argument("--action", choices=["auto", "rollback", "commit"], default="auto")
+    rc.add_argument("--dry-run", action="store_true", help="report what would be done, change nothing")
+    rc.add_argument("--redis")
+    rc.set_defaults(func=cmd_recover)
+
+    rs = sub.add_parser("reset", help="delete a stopped topology's state and checkpoint records")
+    rs.add_argument("id")
+    rs.add_argument("--redis")
+    rs.set_defaults(func=cmd_reset)
 
     rd = sub.add_parser("redis", help="the project-local Redis server")
     rd.add_argument("action", choices=["url", "stop"])

@@ -4,6 +4,6 @@ Importable from the plugins folder (Airflow puts it on sys.path) and installed w
 """
 
 from .hooks import TopologyHook
-from .operators import SubmitTopologyOperator
+from .operators import SubmitTopologyOperator, TopologyRecoveryOperator
 
-__all__ = ["SubmitTopologyOperator", "TopologyHook"]
+__all__ = ["SubmitTopologyOperator", "TopologyHook", "TopologyRecoveryOperator"]

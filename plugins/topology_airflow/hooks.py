@@ -8,6 +8,7 @@ from typing import Any
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import BaseHook
 
+from state import RecoveryReport, recover
 from topology_runtime.control_plane import ControlPlane, RunRecord
 from topology_runtime.spark_cluster import DEFAULT_SPARK_CONF, DRIVER_SCRIPT, driver_args, spark_env
 
@@ -65,3 +66,7 @@ class TopologyHook(BaseHook):
 
     def get_run(self, name: str) -> RunRecord | None:
         return self.control.get(name)
+
+    def recover(self, topology_id: str, action: str = "auto", dry_run: bool = False) -> RecoveryReport:
+        """The recovery protocol on the stopped topology's state (raises RecoveryRefused)."""
+        return recover(topology_id, self.redis_url, action=action, dry_run=dry_run)

@@ -68,3 +68,34 @@ class SubmitTopologyOperator(BaseOperator):
             while time.monotonic() < deadline and hook.control.is_live(self.name):
                 time.sleep(0.2)
         hook.kill_driver()
+
+
+class TopologyRecoveryOperator(BaseOperator):
+    """Run the recovery protocol on a stopped topology's state: commit or roll back what a crash
+    left prepared (``action`` auto/rollback/commit; ``dry_run`` reports without changing)."""
+
+    template_fields: Sequence[str] = ("topology_id", "action", "dry_run", "redis_url")
+    ui_color = "#fbeee8"
+
+    def __init__(self, *, topology_id: str, action: str = "auto", dry_run: bool | str = False,
+                 redis_url: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.topology_id = topology_id
+        self.action = action
+        self.dry_run = dry_run
+        self.redis_url = redis_url
+
+    def execute(self, context: Any) -> dict:
+        from state import RecoveryRefused
+
+        dry = self.dry_run if isinstance(self.dry_run, bool) else str(self.dry_run).lower() in ("true", "1", "yes")
+        hook = TopologyHook(redis_url=self.redis_url)
+        try:
+            report = hook.recover(self.topology_id, self.action, dry)
+        except (RecoveryRefused, ValueError) as e:
+            raise AirflowException(f"recovery of topology {self.topology_id!r} refused: {e}") from e
+        for line in report.text().splitlines():
+            self.log.info("%s", line)
+        return {"decision": report.decision, "checkpoint_before": report.checkpoint_before,
+                "checkpoint_after": report.checkpoint_after, "dry_run": report.dry_run,
+                "tasks": [t.__dict__ for t in report.tasks]}
