@@ -7,6 +7,7 @@ from .components import (
     FailedException,
     ReplayableSpout,
     Spout,
+    StatefulBolt,
     Stream,
     TopologyContext,
     Tuple,
@@ -17,6 +18,6 @@ from .status import ComponentStats, RunStatus
 
 __all__ = [
     "BasicBolt", "Bolt", "ComponentStats", "Config", "ConfigError", "FailedException", "LocalCluster",
-    "ReplayableSpout", "RunStatus", "Spout", "Stream", "Topology", "TopologyBuilder", "TopologyContext",
+    "ReplayableSpout", "RunStatus", "Spout", "StatefulBolt", "Stream", "Topology", "TopologyBuilder", "TopologyContext",
     "TopologyError", "TopologyFailed", "Tuple",
 ]

@@ -226,6 +226,26 @@ class Bolt:
     reset_timeout = _unbound("reset_timeout")
 
 
+class StatefulBolt(Bolt):
+    """A bolt whose ``KeyValueState`` the runtime checkpoints (Storm's IStatefulBolt).
+
+    ``init_state`` runs once, after ``prepare`` and before any tuple, with the state last
+    committed; inputs are acked for real only once the checkpoint covering them commits.
+    """
+
+    def init_state(self, state: Any) -> None:
+        pass
+
+    def pre_prepare(self, txid: int) -> None:
+        pass
+
+    def pre_commit(self, txid: int) -> None:
+        pass
+
+    def pre_rollback(self) -> None:
+        pass
+
+
 class BasicBolt(Bolt):
     """Emits are anchored to the input; the input is acked after execute returns;
     raising FailedException fails it instead."""

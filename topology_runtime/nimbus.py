@@ -90,6 +90,7 @@ class RunSupervisor:
         self._stop_reason: str | None = None  # final state once workers stopped
         self._stop_sent_at: float | None = None
         self.draining = False
+        self._final_checkpoint_sent = False
 
     # --- called by the launcher -------------------------------------------------------------------
     def worker_exited(self, index: int, exitcode: int | None) -> bool:
@@ -291,6 +292,15 @@ class RunSupervisor:
         replies = [self._replies[i] for i in sorted(self._replies)]
         quiet = all(r["idle"] and r["finished"] and r["pending"] == 0 for r in replies)
         if not quiet:
+            self._last_quiet = None
+            return
+        if self.plan.stateful and not any(r.get("cp_final_done") for r in replies):
+            # Stateful: one more full checkpoint commits what the last tuples changed.
+            if not self._final_checkpoint_sent:
+                self._final_checkpoint_sent = True
+                log.info("run %s: input done; taking a final checkpoint", self.name)
+                for slot in self.slots.values():
+                    self._send(slot, {"t": "final_checkpoint"})
             self._last_quiet = None
             return
         vector = [(r["inc"], *r["counters"]) for r in replies]

@@ -9,8 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .builder import DIRECT, ComponentSpec, Grouping, Topology, TopologyError
-from .components import StreamInfo
+from .builder import ALL, DIRECT, ComponentSpec, Grouping, Topology, TopologyError
+from .components import StatefulBolt, StreamInfo
+from .config import ConfigError
+from .reliability.checkpointing import CHECKPOINT_FIELDS, CHECKPOINT_SPOUT, CHECKPOINT_STREAM
 
 ACKER = "__acker"
 
@@ -38,6 +40,8 @@ class Plan:
     stream_ids: dict[tuple[str, str], int]
     subscriptions: dict[int, list[Subscription]]  # sid -> subscribers
     component_conf: dict[str, dict[str, Any]] = field(default_factory=dict)
+    stateful: bool = False
+    checkpoint_inputs: dict[str, int] = field(default_factory=dict)  # bolt -> checkpoint input tasks
 
     def tasks_of_worker(self, w: int) -> list[int]:
         return sorted(t for t, ww in self.task_worker.items() if ww == w)
@@ -78,6 +82,19 @@ def build_plan(topology: Topology, conf: dict[str, Any], workers: int | None = N
             task_component[t] = cid
             task_worker[t] = slot % w
             slot += 1
+    stateful = any(isinstance(c.template, StatefulBolt) for c in topology.components.values())
+    if stateful:
+        interval = float(conf.get("topology.state.checkpoint.interval.ms", 1000))
+        timeout_ms = float(conf.get("topology.message.timeout.secs", 30)) * 1000
+        if interval >= timeout_ms:
+            raise ConfigError(
+                f"topology.state.checkpoint.interval.ms ({interval:g}) must be below "
+                f"topology.message.timeout.secs ({timeout_ms / 1000:g} s): inputs are acked only at commit"
+            )
+        component_tasks[CHECKPOINT_SPOUT] = [next_task]
+        task_component[next_task] = CHECKPOINT_SPOUT
+        task_worker[next_task] = 0
+        next_task += 1
     acker_tasks = list(range(next_task, next_task + n_ackers))
     component_tasks[ACKER] = acker_tasks
     for i, t in enumerate(acker_tasks):
@@ -92,7 +109,32 @@ def build_plan(topology: Topology, conf: dict[str, Any], workers: int | None = N
             streams.append(StreamInfo(sid, cid, sname, s.fields))
             stream_ids[(cid, sname)] = sid
 
+    checkpoint_inputs: dict[str, int] = {}
+    if stateful:
+        # Storm's wiring: $checkpoint from $checkpointspout to spout-fed bolts, from each bolt
+        # to the bolts it feeds; one per source component, all-grouped.
+        sid = len(streams)
+        streams.append(StreamInfo(sid, CHECKPOINT_SPOUT, CHECKPOINT_STREAM, CHECKPOINT_FIELDS))
+        stream_ids[(CHECKPOINT_SPOUT, CHECKPOINT_STREAM)] = sid
+        for cid, spec in topology.components.items():
+            if not spec.is_spout:
+                sid = len(streams)
+                streams.append(StreamInfo(sid, cid, CHECKPOINT_STREAM, CHECKPOINT_FIELDS))
+                stream_ids[(cid, CHECKPOINT_STREAM)] = sid
     subscriptions: dict[int, list[Subscription]] = {sid: [] for sid in range(len(streams))}
+    if stateful:
+        for cid, spec in topology.components.items():
+            if spec.is_spout:
+                continue
+            sources: list[str] = []
+            for g in spec.inputs:
+                src = CHECKPOINT_SPOUT if topology.components[g.source].is_spout else g.source
+                if src not in sources:
+                    sources.append(src)
+            for src in sources:
+                sid = stream_ids[(src, CHECKPOINT_STREAM)]
+                subscriptions[sid].append(Subscription(cid, ALL, sorted(component_tasks[cid])))
+            checkpoint_inputs[cid] = sum(len(component_tasks[src]) for src in sources)
     for cid, spec in topology.components.items():
         seen: set[tuple[str, str]] = set()
         for g in spec.inputs:
@@ -105,7 +147,7 @@ def build_plan(topology: Topology, conf: dict[str, Any], workers: int | None = N
             subscriptions[sid].append(_subscription(cid, g, component_tasks[cid], info))
     component_conf = {cid: dict(spec.conf) for cid, spec in topology.components.items()}
     return Plan(topology, conf, w, component_tasks, task_component, task_worker, acker_tasks,
-                streams, stream_ids, subscriptions, component_conf)
+                streams, stream_ids, subscriptions, component_conf, stateful, checkpoint_inputs)
 
 
 def _subscription(target: str, g: Grouping, tasks: list[int], info: StreamInfo) -> Subscription:

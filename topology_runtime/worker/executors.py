@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..components import DEFAULT_STREAM, TICK_INFO, FailedException, Tuple
 from ..reliability import ACK, FAIL, Acker, AckOutcome, SpoutPending
+from ..reliability.checkpointing import CHECKPOINT_STREAM, CheckpointBarrier, StatefulBoltMachine
 from ..status import LatencyHistogram
 from ..wire import check_values
 from .routing import Route
@@ -99,6 +100,58 @@ class BoltExecutor(BaseExecutor):
         instance.ack = self.ack
         instance.fail = self.fail
         instance.reset_timeout = self.reset_timeout
+        self.machine: StatefulBoltMachine | None = None
+
+    def enable_checkpointing(self, n_inputs: int, state: Any = None) -> None:
+        """Checkpoint tuples are forwarded (every bolt) and drive the state (stateful bolts)."""
+        self.barrier = CheckpointBarrier(n_inputs)
+        self.cp_route = self.routes[CHECKPOINT_STREAM]
+        self.cp_sids = {info.sid for info in self.worker.streams if info.stream == CHECKPOINT_STREAM}
+        if state is not None:
+            self.machine = StatefulBoltMachine(self.instance, state)
+            self.instance.ack = self._held_ack  # acked for real only when the checkpoint commits
+        self._plain_process = self.process
+        self.process = self._process_with_checkpoints
+
+    def _held_ack(self, tup: Tuple) -> None:
+        self.machine.acked.append(tup)
+
+    def _process_with_checkpoints(self, tup: Tuple) -> None:
+        if tup.info.sid in self.cp_sids:
+            self._on_checkpoint(tup)
+        elif self.machine is not None and not self.machine.initialized and not tup.is_tick():
+            self.machine.pending_tuples.append(tup)  # before INITSTATE: held, not executed
+        else:
+            self._plain_process(tup)
+
+    def _on_checkpoint(self, tup: Tuple) -> None:
+        txid, action = tup.values
+        verdict = self.barrier.arrive(txid, action)
+        if verdict != "handle":
+            BoltExecutor.ack(self, tup)
+            return
+        try:
+            if self.machine is not None:
+                ok, to_ack, to_fail, replay = self.machine.handle(txid, action)
+            else:
+                ok, to_ack, to_fail, replay = True, [], [], []
+        except Exception as e:  # noqa: BLE001 - the checkpoint fails; recovery follows
+            self.report_error(f"checkpoint {action}({txid})", e)
+            self.fail(tup)
+            return
+        if not ok:
+            self.fail(tup)
+            return
+        for t in to_ack:
+            BoltExecutor.ack(self, t)
+        for t in to_fail:
+            self.fail(t)
+        self.barrier.handled(txid, action)
+        values = [txid, action]
+        self._send(self.cp_route, values, self.cp_route.targets(values), tup)
+        BoltExecutor.ack(self, tup)
+        for t in replay:
+            self._plain_process(t)
 
     # --- collector -------------------------------------------------------------------------
     def emit(self, values, anchors=None, stream: str = DEFAULT_STREAM) -> list[int]:
@@ -214,6 +267,7 @@ class SpoutExecutor(BaseExecutor):
         self.acker_slot = worker.preferred_acker_slot()
         self.finished = False
         self.deactivated = False
+        self.system = component.startswith("$")  # $checkpointspout: does not count for completion
         self.failed_ids: set = set()
         self.next_tuple_errors = 0
         instance.emit = self.emit

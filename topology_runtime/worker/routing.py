@@ -67,9 +67,14 @@ class Route:
 
 
 def build_routes(plan: Plan, component: str, task: int, local_tasks: set[int]) -> dict[str, Route]:
-    spec = plan.spec(component)
+    declared = {name: decl.direct for name, decl in plan.spec(component).streams.items()} \
+        if component in plan.topology.components else {}
+    # System streams the plan added ($checkpoint) are routed like declared ones.
+    for (cid, sname) in plan.stream_ids:
+        if cid == component and sname not in declared:
+            declared[sname] = False
     routes: dict[str, Route] = {}
-    for sname, decl in spec.streams.items():
+    for sname, direct in declared.items():
         sid = plan.stream_ids[(component, sname)]
         pickers: list[Picker] = []
         direct_targets: set[int] = set()
@@ -80,5 +85,5 @@ def build_routes(plan: Plan, component: str, task: int, local_tasks: set[int]) -
             p = make_picker(sub.kind, sub.tasks, sub.field_idx, local_tasks, seed=task * 7919 + sid)
             if p is not None:
                 pickers.append(p)
-        routes[sname] = Route(plan.streams[sid], decl.direct, pickers, direct_targets)
+        routes[sname] = Route(plan.streams[sid], direct, pickers, direct_targets)
     return routes

@@ -20,9 +20,11 @@ from typing import Any
 import zmq
 
 from ..builder import is_basic
-from ..components import TopologyContext, Tuple
+from ..components import StatefulBolt, TopologyContext, Tuple
 from ..plan import ACKER, Plan
+from ..reliability.checkpointing import CHECKPOINT_SPOUT
 from ..transport import ControlClient, DataTransport, pack, unpack
+from .checkpoint import CheckpointSpout
 from .executors import AckerExecutor, BoltExecutor, SpoutExecutor
 from .routing import build_routes
 
@@ -103,6 +105,7 @@ class Worker:
         self.stop_requested = False
         self.draining = False
         self._peer_addr: dict[int, str] = {}
+        self.checkpoint_spout = None
 
         self.local_tasks = set(plan.tasks_of_worker(self.index))
         self.task_worker = plan.task_worker
@@ -195,6 +198,15 @@ class Worker:
             if cid == ACKER:
                 self.local_ackers[task] = AckerExecutor(task)
                 continue
+            if cid == CHECKPOINT_SPOUT:
+                instance = self._checkpoint_spout()
+                routes = build_routes(plan, cid, task, self.local_tasks)
+                ctx = TopologyContext(task, cid, 0, tasks_map, self.spec.topology_id, self.index)
+                ex = SpoutExecutor(self, task, cid, instance, routes, None)
+                self.local_spouts[task] = ex
+                self.checkpoint_spout = instance
+                self._open(ex, instance.open, dict(self.conf), ctx)
+                continue
             spec = plan.spec(cid)
             instance = spec.new_instance()
             routes = build_routes(plan, cid, task, self.local_tasks)
@@ -209,6 +221,58 @@ class Worker:
                 ex = BoltExecutor(self, task, cid, instance, routes, basic=is_basic(instance))
                 self.local_bolts[task] = ex
                 self._open(ex, instance.prepare, conf, ctx)
+                if plan.stateful:
+                    state = self._state_for(ex, cid, task) if isinstance(instance, StatefulBolt) else None
+                    ex.enable_checkpointing(plan.checkpoint_inputs[cid], state)
+
+    # --- state -------------------------------------------------------------------------------------
+    def _state_redis(self):
+        if getattr(self, "_redis", None) is None:
+            import redis
+
+            cfg = self.conf.get("topology.state.provider.config") or {}
+            url = cfg.get("url") or self.conf.get("redis.url")
+            if not url:
+                raise FatalStartupError(
+                    "topology.state.provider is 'redis' but no URL: set topology.state.provider.config "
+                    "{'url': 'redis://...'} or the config key redis.url")
+            self._redis = redis.Redis.from_url(url)
+        return self._redis
+
+    def _state_for(self, ex, component: str, task: int):
+        from state import InMemoryKeyValueState, RedisKeyValueState
+        from state.namespaces import register_namespaces
+
+        if self.conf["topology.state.provider"] != "redis":
+            return InMemoryKeyValueState()
+        try:
+            client = self._state_redis()
+            register_namespaces(client, self.spec.topology_id, component, self.plan.component_tasks[component])
+            return RedisKeyValueState(client, self.spec.topology_id, task)
+        except Exception as e:
+            self._report_fatal(ex, "state", e)
+            raise FatalStartupError(str(e)) from e
+
+    def _checkpoint_spout(self):
+        from state.checkpoint import INITIAL, load_checkpoint, save_checkpoint
+
+        interval = float(self.conf["topology.state.checkpoint.interval.ms"])
+        if self.conf["topology.state.provider"] == "redis":
+            client = self._state_redis()
+            tid = self.spec.topology_id
+            return CheckpointSpout(lambda: load_checkpoint(client, tid), lambda cp: save_checkpoint(client, tid, cp),
+                                   interval)
+        box = [INITIAL]
+        return CheckpointSpout(lambda: box[0], lambda cp: box.__setitem__(0, cp), interval)
+
+    def _report_fatal(self, ex, what: str, e: BaseException) -> None:
+        import traceback
+
+        tb = traceback.format_exc()
+        ex.log.error("%s raised %s: %s\n%s", what, type(e).__name__, e, tb.rstrip())
+        self.control.send({"t": "fatal", "w": self.index, "component": ex.component, "task": ex.task,
+                           "error": f"{ex.component}[{ex.task}] {what}: {type(e).__name__}: {e}",
+                           "traceback": tb})
 
     def _open(self, ex, fn, conf: dict, ctx: TopologyContext) -> None:
         what = fn.__name__
@@ -420,10 +484,12 @@ class Worker:
             if t == "probe":
                 self._flush()
                 spouts = self.local_spouts.values()
+                cp = self.checkpoint_spout.machine if self.checkpoint_spout is not None else None
                 self.control.send({
                     "t": "probe_reply", "w": self.index, "inc": self.spec.incarnation, "seq": msg["seq"],
                     "idle": not self.queue and not self.transport.backlogged(),
-                    "finished": all(s.finished or s.deactivated for s in spouts),
+                    "finished": all(s.finished or s.deactivated for s in spouts if not s.system),
+                    "cp_final_done": None if cp is None else cp.final_done,
                     "pending": sum(len(s.pending) for s in spouts),
                     "counters": [self.sent_batches, self.recv_batches,
                                  sum(e.stats.executed for e in self.local_bolts.values()),
@@ -434,7 +500,11 @@ class Worker:
             elif t == "drain":
                 self.draining = True
                 for s in self.local_spouts.values():
-                    s.deactivated = True
+                    if not s.system:  # the checkpoint spout keeps going: the final commit needs it
+                        s.deactivated = True
+            elif t == "final_checkpoint":
+                if self.checkpoint_spout is not None and self.checkpoint_spout.machine is not None:
+                    self.checkpoint_spout.machine.request_final(time.monotonic())
             elif t == "stop":
                 self.stop_requested = True
 

@@ -1,0 +1,75 @@
+"""Stateful bolts with checkpoints, on real worker processes and a real Redis."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+from runtime_components import NumberSpout
+
+from examples.stateful_wordcount import StatefulWordCount, build, counts_in_state
+from examples.wordcount import SplitSentence, load_sentences, true_counts
+from topology_runtime import ConfigError, LocalCluster, TopologyBuilder
+from topology_runtime.local_cluster import TopologyFailed
+
+
+def test_stateful_wordcount_commits_exact_counts(redis_url):
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    truth = true_counts(load_sentences(client, 3000))
+    conf = {"redis.url": redis_url, "topology.state.provider": "redis",
+            "topology.state.checkpoint.interval.ms": 200}
+    with LocalCluster(workers=2) as cluster:
+        run = cluster.submit("swc", build(), conf)
+        status = run.wait(120)
+    assert status.state == "completed", status.error
+    assert status.components["sentences"].acked == 3000
+    assert counts_in_state(redis_url, "swc", run.plan.component_tasks["count"]) == truth
+    # Committed and nothing left prepared; the checkpoint record says COMMITTED.
+    assert client.keys("topology:{swc:*}:prepare") == []
+    cp = client.hgetall("topology:{swc:ctl}:checkpoint")
+    assert cp["state"] == "COMMITTED" and int(cp["txid"]) >= 0
+
+
+def test_rerun_resumes_state_and_parallelism_change_is_refused(redis_url):
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    truth = true_counts(load_sentences(client, 500))
+    conf = {"redis.url": redis_url, "topology.state.provider": "redis",
+            "topology.state.checkpoint.interval.ms": 200}
+    with LocalCluster(workers=2) as cluster:
+        cluster.run("resume", build(), conf, timeout=120)
+        truth2 = true_counts(load_sentences(client, 500, seed=8))
+        run = cluster.submit("resume", build(), conf)
+        run.wait(120)
+    both = {w: truth.get(w, 0) + truth2.get(w, 0) for w in set(truth) | set(truth2)}
+    assert counts_in_state(redis_url, "resume", run.plan.component_tasks["count"]) == both
+    with LocalCluster(workers=2) as cluster, pytest.raises(TopologyFailed) as e:
+        cluster.run("resume", build(parallelism=3), conf, timeout=60)
+    assert "parallelism 2" in e.value.status.error and "topology reset resume" in e.value.status.error
+
+
+def test_checkpoint_interval_must_be_below_message_timeout():
+    b = TopologyBuilder()
+    b.set_spout("s", NumberSpout(1))
+    b.set_bolt("count", StatefulWordCount()).shuffle_grouping("s")
+    with LocalCluster(workers=1) as cluster, pytest.raises(ConfigError, match="must be below"):
+        cluster.submit("x", b.create_topology(), {"topology.state.checkpoint.interval.ms": 5000,
+                                                  "topology.message.timeout.secs": 5})
+
+
+def test_stateful_topology_wiring():
+    """TopologyBuilderTest.testStatefulTopology: $checkpointspout added; checkpoint inputs."""
+    from topology_runtime.config import resolve_config
+    from topology_runtime.plan import build_plan
+
+    b = TopologyBuilder()
+    b.set_spout("s1", NumberSpout(1))
+    b.set_spout("s2", NumberSpout(1))
+    b.set_bolt("split", SplitSentence(), 2).shuffle_grouping("s1").shuffle_grouping("s2")
+    b.set_bolt("count", StatefulWordCount(), 3).fields_grouping("split", ["word"])
+    plan = build_plan(b.create_topology(), resolve_config({}), 2)
+    assert plan.stateful and plan.component_tasks["$checkpointspout"]
+    # Two spouts feed "split": ONE checkpoint input ($checkpointspout, 1 task); count hears split's 2 tasks.
+    assert plan.checkpoint_inputs == {"split": 1, "count": 2}
+    subs = {(plan.streams[sid].component, s.target) for sid, ss in plan.subscriptions.items() for s in ss
+            if plan.streams[sid].stream == "$checkpoint"}
+    assert subs == {("$checkpointspout", "split"), ("split", "count")}
+
