@@ -69,3 +69,13 @@ def broken():
     b.set_spout("source", BrokenSpout(), 1)
     b.set_bolt("sink", Sink(), 1).shuffle_grouping("source")
     return b.create_topology()
+
+
+def slow_stateful_wordcount():
+    from examples.stateful_wordcount import StatefulWordCount
+
+    b = TopologyBuilder()
+    b.set_spout("sentences", RedisStreamSpout(STREAM, fields=["sentence"], bounded=True, batch_size=50), 1)
+    b.set_bolt("split", SlowSplit(), 2).shuffle_grouping("sentences")
+    b.set_bolt("count", StatefulWordCount(), 2).fields_grouping("split", ["word"])
+    return b.create_topology()

@@ -26,7 +26,7 @@ import redis
 from .status import FINAL_STATES, ComponentStats, RunStatus
 
 REGISTRY = "topology:runs"
-LEASE_TTL_MS = 15000
+LEASE_TTL_MS = int(os.environ.get("TOPOLOGY_LEASE_TTL_MS", 15000))  # how long a vanished driver blocks its id
 RECORD_TTL_SECS = 7 * 24 * 3600  # a finished run's records expire after a week
 
 _RENEW = """

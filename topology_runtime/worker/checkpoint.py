@@ -21,19 +21,31 @@ class CheckpointSpout(Spout):
         self.machine: CheckpointSpoutMachine | None = None
 
     def open(self, conf, context) -> None:
-        self.machine = CheckpointSpoutMachine(self.load(), self.interval_ms, time.monotonic())
+        self.saved = self.load()
+        self.machine = CheckpointSpoutMachine(self.saved, self.interval_ms, time.monotonic())
+
+    def _save(self, state) -> None:
+        # The record must say PREPARING/COMMITTING before the step is sent; if it cannot be
+        # written (Redis down), fall back to what is recorded and recover from there.
+        try:
+            self.save(state)
+        except Exception:
+            self.machine.state = self.saved
+            self.machine.on_fail(state.txid)
+            raise
+        self.saved = state
 
     def next_tuple(self) -> None:
         out, save = self.machine.next(time.monotonic())
         if save is not None:
-            self.save(save)  # PREPARING(t) is recorded before PREPARE(t) is sent
+            self._save(save)
         if out is not None:
             self.emit([out[0], out[1]], msg_id=out[0], stream=CHECKPOINT_STREAM)
 
     def ack(self, msg_id) -> None:
         state = self.machine.on_ack(msg_id)
         if state is not None:
-            self.save(state)
+            self._save(state)
 
     def fail(self, msg_id) -> None:
         self.machine.on_fail(msg_id)

@@ -10,6 +10,7 @@ from random import getrandbits
 from typing import TYPE_CHECKING, Any
 
 from ..components import DEFAULT_STREAM, TICK_INFO, FailedException, Tuple
+from ..faults import maybe_crash
 from ..reliability import ACK, FAIL, Acker, AckOutcome, SpoutPending
 from ..reliability.checkpointing import CHECKPOINT_STREAM, CheckpointBarrier, StatefulBoltMachine
 from ..status import LatencyHistogram
@@ -132,7 +133,13 @@ class BoltExecutor(BaseExecutor):
             return
         try:
             if self.machine is not None:
+                if action == "PREPARE":
+                    maybe_crash("prepare", txid)
+                elif action == "COMMIT":
+                    maybe_crash("between", txid)
                 ok, to_ack, to_fail, replay = self.machine.handle(txid, action)
+                if action == "COMMIT":
+                    maybe_crash("commit", txid)
             else:
                 ok, to_ack, to_fail, replay = True, [], [], []
         except Exception as e:  # noqa: BLE001 - the checkpoint fails; recovery follows

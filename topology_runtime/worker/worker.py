@@ -35,6 +35,7 @@ DATA, INIT, ACKS, FAILS, RESETS, OUTCOMES = range(6)
 SPOUT_CALLS_PER_ITERATION = 64
 QUEUE_BUDGET = 20000
 PEER_WAIT_SECS = 120.0
+SUPERVISOR_SILENCE_SECS = 10.0
 
 
 @dataclass
@@ -314,6 +315,7 @@ class Worker:
         gc.freeze()
         gc.set_threshold(50_000, 50, 100)
         conf = self.conf
+        self.last_control = time.monotonic()
         timeouts = bool(conf["topology.enable.message.timeouts"])
         timeout_secs = float(conf["topology.message.timeout.secs"])
         stats_every = float(conf["topology.stats.interval.secs"])
@@ -367,6 +369,11 @@ class Worker:
             if now >= next_stats:
                 next_stats = now + stats_every
                 self._send_stats()
+                if now - self.last_control > SUPERVISOR_SILENCE_SECS:
+                    # The supervisor probes every 0.1 s: silence means it is gone (killed driver).
+                    log.error("worker %d: no word from the supervisor for %.0fs; stopping",
+                              self.index, now - self.last_control)
+                    self.stop_requested = True
             if busy or self.queue:
                 wait_ms = 0
             elif any(s.can_emit() for s in spouts) and not transport.backlogged():
@@ -479,6 +486,7 @@ class Worker:
 
     # --- control ----------------------------------------------------------------------------------
     def _handle_control(self) -> None:
+        self.last_control = time.monotonic()
         for msg in self.control.recv_all():
             t = msg.get("t")
             if t == "probe":

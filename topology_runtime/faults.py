@@ -1,0 +1,32 @@
+"""Fault injection for tests: crash this worker at a named point of the checkpoint protocol.
+
+    TOPOLOGY_FAULT=<point>:<min txid>   points: prepare (during PREPARE, before this task's state
+                                        is prepared), between (COMMIT arrived, after PREPARE),
+                                        commit (during COMMIT, after this task committed)
+    TOPOLOGY_FAULT_ONCE=<file>          fire once per run: the file marks that it fired
+
+Checked once per checkpoint step (never per tuple); does nothing when unset.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+
+def maybe_crash(point: str, txid: int) -> None:
+    spec = os.environ.get("TOPOLOGY_FAULT")
+    if not spec:
+        return
+    name, _, min_txid = spec.partition(":")
+    if point != name or txid < int(min_txid or 0):
+        return
+    once = os.environ.get("TOPOLOGY_FAULT_ONCE")
+    if once:
+        try:
+            fd = os.open(once, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return
+        os.write(fd, f"{point}:{txid} pid {os.getpid()}\n".encode())
+        os.close(fd)
+    os.kill(os.getpid(), signal.SIGKILL)
