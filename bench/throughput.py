@@ -167,12 +167,14 @@ def bare_loop(sentences: list[str]) -> dict:
 
 
 def table(rows: list[dict], ceiling: float) -> str:
-    lines = ["| variant | workers | acking | words/s | complete p50 ms | complete p99 ms | x bare loop | counts |",
-             "|---|---|---|---:|---:|---:|---:|---|"]
+    lines = ["| variant | workers | acking | words/s | words/s wall | complete p50 ms | complete p99 ms "
+             "| x bare loop | counts |",
+             "|---|---|---|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         variant = r["launcher"] + (f" paced {r['paced']:,.0f} sent/s" if r.get("paced") else "")
         lines.append(
             f"| {variant} | {r['workers']} | {'on' if r['acking'] else 'off'} | {r['words_per_sec']:,} | "
+            f"{r.get('words_per_sec_wall', r['words_per_sec']):,} | "
             f"{r['p50_ms'] if r['p50_ms'] is not None else '-'} | {r['p99_ms'] if r['p99_ms'] is not None else '-'} | "
             f"{r['words_per_sec'] / ceiling:.3f} | {'OK' if r['counted_ok'] else 'MISMATCH'} |")
     return "\n".join(lines)

@@ -47,6 +47,10 @@ return 1
 """
 
 
+_DELETED = object()
+_PLAIN = frozenset((str, int, float, bool, bytes, type(None)))  # msgpack-able as they are (ints: range-checked)
+
+
 class RedisKeyValueState(KeyValueState):
     def __init__(self, client: redis.Redis, topology_id: str, task: int | str) -> None:
         self.redis = client
@@ -57,7 +61,7 @@ class RedisKeyValueState(KeyValueState):
         self.k_txid = task_key(topology_id, task, "txid")
         self._commit = client.register_script(COMMIT_SCRIPT)
         self._rollback = client.register_script(ROLLBACK_SCRIPT)
-        self._pending: dict[bytes, bytes] = {}  # since the last prepare (tombstones for deletes)
+        self._pending: dict = {}  # key -> value (or _DELETED) written since the last prepare
         self._view: dict | None = None  # key -> value as the bolt sees it (committed + prepared + pending)
         txids = client.hgetall(self.k_txid)
         self.committed_txid = int(txids[b"commit"]) if b"commit" in txids else -1
@@ -79,24 +83,38 @@ class RedisKeyValueState(KeyValueState):
                 else:
                     view[loads(k)] = loads(v)
             for k, v in self._pending.items():
-                if v == TOMBSTONE:
-                    view.pop(loads(k), None)
+                if v is _DELETED:
+                    view.pop(k, None)
                 else:
-                    view[loads(k)] = loads(v)
+                    view[k] = v
             self._view = view
         return self._view
 
     def get(self, key: Any, default: Any = None) -> Any:
-        return self._load().get(key, default)
+        view = self._view
+        if view is None:
+            view = self._load()
+        return view.get(key, default)
 
     def put(self, key: Any, value: Any) -> None:
-        kb = dumps(key, "key", key)
-        self._pending[kb] = dumps(value, "value", key)
-        self._load()[key] = value
+        # Checked now (the error names the key, in the bolt's execute); serialized at prepare,
+        # once per key per checkpoint however often it was written.
+        if type(key) not in _PLAIN:
+            dumps(key, "key", key)
+        if type(value) not in _PLAIN or (type(value) is int and not -(2**63) <= value < 2**64):
+            dumps(value, "value", key)
+        self._pending[key] = value
+        view = self._view
+        if view is None:
+            view = self._load()
+        view[key] = value
 
     def delete(self, key: Any) -> None:
-        self._pending[dumps(key, "key", key)] = TOMBSTONE
-        self._load().pop(key, None)
+        self._pending[key] = _DELETED
+        view = self._view
+        if view is None:
+            view = self._load()
+        view.pop(key, None)
 
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
         return iter(list(self._load().items()))
@@ -107,7 +125,9 @@ class RedisKeyValueState(KeyValueState):
             raise StateError(f"task {self.task}: prepare_commit({txid}) but txid {self.committed_txid} is committed")
         pipe = self.redis.pipeline(transaction=True)
         if self._pending:
-            pipe.hset(self.k_prepare, mapping=self._pending)
+            data = {dumps(k, "key", k): (TOMBSTONE if v is _DELETED else dumps(v, "value", k))
+                    for k, v in self._pending.items()}
+            pipe.hset(self.k_prepare, mapping=data)
         pipe.hset(self.k_txid, "prepare", txid)
         pipe.execute()
         self._pending = {}

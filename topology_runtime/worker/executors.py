@@ -88,6 +88,15 @@ class BaseExecutor:
         self.worker.record_error(self.component, self.task, f"{what}: {type(exc).__name__}: {exc}", tb)
 
 
+class _AckBatch:
+    __slots__ = ("xor", "count", "sealed")
+
+    def __init__(self) -> None:
+        self.xor: dict[int, int] = {}
+        self.count = 0
+        self.sealed = False
+
+
 class BoltExecutor(BaseExecutor):
     def __init__(self, worker, task, component, instance, routes, basic: bool) -> None:
         super().__init__(worker, task, component, instance, routes)
@@ -102,6 +111,7 @@ class BoltExecutor(BaseExecutor):
         instance.fail = self.fail
         instance.reset_timeout = self.reset_timeout
         self.machine: StatefulBoltMachine | None = None
+        self._ack_batch: _AckBatch | None = None
 
     def enable_checkpointing(self, n_inputs: int, state: Any = None) -> None:
         """Checkpoint tuples are forwarded (every bolt) and drive the state (stateful bolts)."""
@@ -115,7 +125,35 @@ class BoltExecutor(BaseExecutor):
         self.process = self._process_with_checkpoints
 
     def _held_ack(self, tup: Tuple) -> None:
-        self.machine.acked.append(tup)
+        # Held until the commit that covers it, as one XOR per tree root rather than the tuple:
+        # memory grows with the trees in flight, not with every tuple since the last commit.
+        batch = self._ack_batch
+        if batch is None or batch.sealed:
+            batch = self._ack_batch = _AckBatch()
+            self.machine.acked.append(batch)
+        am = tup.anchors
+        if am:
+            xor = batch.xor
+            oav = tup.out_ack_val
+            for r, i in am.items():
+                xor[r] = xor.get(r, 0) ^ i ^ oav
+        batch.count += 1
+
+    def _release(self, item, ok: bool) -> None:
+        """Really ack (or fail) what a stateful bolt acked: a held batch, or a single tuple."""
+        if isinstance(item, _AckBatch):
+            if ok:
+                buf = self.worker.ack_buf
+                for r, v in item.xor.items():
+                    buf[r] = buf.get(r, 0) ^ v
+                self.stats.acked += item.count
+            else:
+                self.worker.fail_buf.extend(item.xor)
+                self.stats.failed += item.count
+        elif ok:
+            BoltExecutor.ack(self, item)
+        else:
+            self.fail(item)
 
     def _process_with_checkpoints(self, tup: Tuple) -> None:
         if tup.info.sid in self.cp_sids:
@@ -150,9 +188,11 @@ class BoltExecutor(BaseExecutor):
             self.fail(tup)
             return
         for t in to_ack:
-            BoltExecutor.ack(self, t)
+            self._release(t, True)
         for t in to_fail:
-            self.fail(t)
+            self._release(t, False)
+        if action == "PREPARE" and self._ack_batch is not None:
+            self._ack_batch.sealed = True  # later acks belong to the next checkpoint
         self.barrier.handled(txid, action)
         values = [txid, action]
         self._send(self.cp_route, values, self.cp_route.targets(values), tup)
