@@ -40,7 +40,8 @@ def declared_streams(component: Any, component_id: str = "?") -> dict[str, Strea
     if isinstance(outputs, Mapping):
         items = outputs.items()
     elif isinstance(outputs, (list, tuple)):
-        items = [(DEFAULT_STREAM, outputs)]
+        # No fields, no stream (as Storm): subscribing to it is an error at create_topology().
+        items = [(DEFAULT_STREAM, outputs)] if outputs else []
     else:
         raise TypeError(
             f"component {component_id!r}: outputs must be a list of field names or a dict "

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import logging
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -112,6 +114,8 @@ def _positive_number(key: str, v: Any, allow_none: bool = False, integer: bool =
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise ConfigError(f"config key {key!r}: expected a number, got {v!r}")
+    if not math.isfinite(v):
+        raise ConfigError(f"config key {key!r}: expected a finite number, got {v!r}")
     if integer and int(v) != v:
         raise ConfigError(f"config key {key!r}: expected an integer, got {v!r}")
     if v < 0 or (v == 0 and not zero):
@@ -143,7 +147,7 @@ def resolve_config(conf: Mapping[str, Any] | None, workers: int | None = None) -
     Unknown ``topology.*`` keys are an error naming the key; Storm keys we do not implement are
     accepted with a warning; other keys belong to the user and pass through unchanged.
     """
-    out: dict[str, Any] = dict(DEFAULTS)
+    out: dict[str, Any] = copy.deepcopy(DEFAULTS)  # no run may share (and mutate) a default
     for key, value in (conf or {}).items():
         if not isinstance(key, str):
             raise ConfigError(f"config keys must be strings, got {key!r}")
