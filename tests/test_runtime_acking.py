@@ -184,7 +184,8 @@ def test_basic_bolt_failed_exception_fails_and_auto_anchors(start, r):
     start(b.create_topology(), {"topology.message.timeout.secs": 30})
     feed(r, 8)
     assert wait_for(lambda: events(r) == ["fail:8"], 5)
-    assert r.lrange("t:seen:hold", 0, -1)[0].startswith("8@")  # the emit before the raise went out
+    assert wait_for(lambda: r.llen("t:seen:hold") == 1, 5)  # the emit before the raise went out
+    assert r.lindex("t:seen:hold", 0).startswith("8@")
 
 
 def test_max_spout_pending_caps_tracked_tuples(start, r):
