@@ -11,28 +11,11 @@ import time
 
 import pytest
 import redis
+from spark_topologies import slow_wordcount, wordcount
 
-from examples.wordcount import COUNTS, STREAM, SplitSentence, WordCount, load_sentences
-from topology_runtime import LocalCluster, TopologyBuilder
+from examples.wordcount import COUNTS, STREAM, load_sentences
+from topology_runtime import LocalCluster
 from topology_runtime.local_cluster import wait_for
-from topology_runtime.spouts import RedisStreamSpout
-
-
-class SlowSplit(SplitSentence):
-    """Split that takes ~2 ms a sentence, so the run lasts long enough to kill workers mid-way."""
-
-    def execute(self, tup):
-        time.sleep(0.002)
-        super().execute(tup)
-
-
-def _topology(slow: bool):
-    b = TopologyBuilder()
-    b.set_spout("sentences", RedisStreamSpout(STREAM, fields=["sentence"], bounded=True, batch_size=50), 1)
-    b.set_bolt("split", SlowSplit() if slow else SplitSentence(), 2).shuffle_grouping("sentences")
-    b.set_bolt("count", WordCount(COUNTS, flush_every=200), 2).fields_grouping("split", ["word"]) \
-        .add_configuration("topology.tick.tuple.freq.secs", 0.2)
-    return b.create_topology()
 
 
 def _unique_sentences(client: redis.Redis, n: int) -> dict[str, int]:
@@ -60,7 +43,7 @@ def test_wordcount_exact_without_faults(redis_url):
         for w in s.split():
             truth[w] = truth.get(w, 0) + 1
     with LocalCluster(workers=2) as cluster:
-        status = cluster.run("wc-exact", _topology(slow=False), {"redis.url": redis_url}, timeout=120)
+        status = cluster.run("wc-exact", wordcount(), {"redis.url": redis_url}, timeout=120)
     assert status.state == "completed"
     assert status.components["sentences"].acked == 3000
     assert status.components["sentences"].failed == 0
@@ -76,7 +59,7 @@ def test_sigkill_each_worker_in_turn_loses_nothing(redis_url):
     truth = _unique_sentences(client, n)
     conf = {"redis.url": redis_url, "topology.message.timeout.secs": 2, "topology.max.spout.pending": 200}
     with LocalCluster(workers=2) as cluster:
-        run = cluster.submit("wc-kill", _topology(slow=True), conf)
+        run = cluster.submit("wc-kill", slow_wordcount(), conf)
         assert wait_for(lambda: run.status().state == "running", 30)
         plan = run.plan
         spout_worker = plan.task_worker[plan.component_tasks["sentences"][0]]

@@ -158,7 +158,41 @@ class _Exited:
         return False
 
 
-class LocalCluster:
+class ClusterBase:
+    """What every launcher shares: ``run`` = submit + wait, and killing live runs on exit."""
+
+    runs: dict
+
+    def submit(self, name: str, topology: Any, conf: Mapping[str, Any] | None = None):
+        raise NotImplementedError
+
+    def run(self, name: str, topology: Any, conf: Mapping[str, Any] | None = None,
+            timeout: float | None = None) -> RunStatus:
+        """Run a bounded topology to its end; raises TimeoutError (after killing it) or
+        TopologyFailed."""
+        run = self.submit(name, topology, conf)
+        try:
+            status = run.wait(timeout)
+        except TimeoutError:
+            run.kill(timeout=30)
+            raise
+        if status.state == FAILED:
+            raise TopologyFailed(status)
+        return status
+
+    def shutdown(self) -> None:
+        for run in self.runs.values():
+            if not run.done:
+                run.kill(timeout=30)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+
+class LocalCluster(ClusterBase):
     """Runs topologies on worker processes of this machine (the same worker code as Spark)."""
 
     def __init__(self, workers: int = 2, redis_url: str | None = None, progress_interval: float | None = None) -> None:
@@ -179,28 +213,6 @@ class LocalCluster:
         self.runs[name] = run
         return run
 
-    def run(self, name: str, topology: Any, conf: Mapping[str, Any] | None = None,
-            timeout: float | None = None) -> RunStatus:
-        run = self.submit(name, topology, conf)
-        try:
-            status = run.wait(timeout)
-        except TimeoutError:
-            run.kill()
-            raise
-        if status.state == FAILED:
-            raise TopologyFailed(status)
-        return status
-
-    def shutdown(self) -> None:
-        for run in self.runs.values():
-            if not run.done:
-                run.kill(timeout=30)
-
-    def __enter__(self) -> LocalCluster:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.shutdown()
 
 
 def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:

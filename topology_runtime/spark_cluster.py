@@ -18,7 +18,7 @@ from typing import Any
 from .builder import Topology
 from .config import resolve_config
 from .control_plane import ControlPlane, status_from_dict
-from .local_cluster import TopologyFailed, load_topology
+from .local_cluster import ClusterBase, load_topology
 from .plan import build_plan
 from .status import FAILED, FINAL_STATES, STARTING, RunStatus
 
@@ -144,7 +144,7 @@ class SparkRun:
         return self.log_path.read_text(errors="replace")
 
 
-class SparkCluster:
+class SparkCluster(ClusterBase):
     """Same interface as LocalCluster; runs go through spark-submit onto ``master``."""
 
     def __init__(self, master: str = "local[2]", workers: int = 2, redis_url: str | None = None,
@@ -167,28 +167,6 @@ class SparkCluster:
         self.runs[name] = run
         return run
 
-    def run(self, name: str, topology: Any, conf: Mapping[str, Any] | None = None,
-            timeout: float | None = None) -> RunStatus:
-        run = self.submit(name, topology, conf)
-        try:
-            status = run.wait(timeout)
-        except TimeoutError:
-            run.kill(timeout=30)
-            raise
-        if status.state == FAILED:
-            raise TopologyFailed(status)
-        return status
-
-    def shutdown(self) -> None:
-        for run in self.runs.values():
-            if not run.done:
-                run.kill(timeout=30)
-
-    def __enter__(self) -> SparkCluster:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.shutdown()
 
 
 def _pickle_topology(topology: Topology, path: str) -> None:
