@@ -95,6 +95,13 @@ def recover(topology_id: str, redis_url: str, action: str = "auto", dry_run: boo
     if client.exists(ctl_key(topology_id, "lease")):
         raise RecoveryRefused(f"topology {topology_id!r} is live (its lease is held): stop it first "
                               f"(topology kill {topology_id}); a live run recovers by itself")
+    return recover_stopped(client, topology_id, action, dry_run)
+
+
+def recover_stopped(client: redis.Redis, topology_id: str, action: str = "auto",
+                    dry_run: bool = False) -> RecoveryReport:
+    """The same decision for a caller that knows no worker is running (a run's supervisor
+    between worker generations): no lease check."""
     cp = load_checkpoint(client, topology_id)
     tasks = [TaskRecovery(t, comp, *_txids(client, topology_id, t)) for t, comp in _tasks(client, topology_id).items()]
     if action == "auto":

@@ -177,9 +177,9 @@ def resolve_config(conf: Mapping[str, Any] | None, workers: int | None = None) -
     for k in ("topology.transfer.batch.size", "topology.transfer.buffer.size",
               "topology.executor.receive.buffer.size", "topology.max.restarts"):
         out[k] = _positive_number(k, out[k], integer=True, zero=(k == "topology.max.restarts"))
-    if out["topology.state.exactly.once"]:
-        raise ConfigError("config key 'topology.state.exactly.once': the exactly-once state mode is not "
-                          "available in this version (stateful bolts are at-least-once; see docs/state.md)")
+    if out["topology.state.exactly.once"] and out["topology.state.provider"] != "redis":
+        raise ConfigError("config key 'topology.state.exactly.once' needs topology.state.provider 'redis' "
+                          "(committed checkpoints must outlive the workers)")
     k = "topology.state.checkpoint.interval.ms"
     out[k] = _positive_number(k, out[k])
     k = "topology.state.provider"

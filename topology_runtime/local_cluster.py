@@ -94,6 +94,18 @@ class LocalRun:
         self.procs[index] = p
         self.incarnations[index] = incarnation
 
+    def _restart_all(self) -> None:
+        """Exactly-once rollback: stop every worker, settle the state, start them all again."""
+        for p in self.procs.values():
+            if isinstance(p, multiprocessing.process.BaseProcess) and p.is_alive():
+                p.kill()
+        for p in self.procs.values():
+            if isinstance(p, multiprocessing.process.BaseProcess):
+                p.join(10)
+        self.supervisor.restart_all_done()
+        for i in list(self.procs):
+            self._start(i, self.incarnations[i] + 1)
+
     @property
     def pids(self) -> dict[int, int]:
         return {i: p.pid for i, p in self.procs.items() if p.is_alive()}
@@ -104,6 +116,9 @@ class LocalRun:
             while not sup.done.is_set():
                 sup.step(50)
                 self.reporter.tick()
+                if sup.restart_all_requested:
+                    self._restart_all()
+                    continue
                 for i, p in list(self.procs.items()):
                     if p.exitcode is not None and p.pid is not None:
                         code = p.exitcode

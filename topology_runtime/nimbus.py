@@ -91,6 +91,11 @@ class RunSupervisor:
         self._stop_sent_at: float | None = None
         self.draining = False
         self._final_checkpoint_sent = False
+        # Exactly-once: this supervisor coordinates checkpoints (barriers start at the spouts).
+        self.eo = bool(plan.exactly_once)
+        self.restart_all_requested = False
+        if self.eo:
+            self._eo_init()
 
     # --- called by the launcher -------------------------------------------------------------------
     def worker_exited(self, index: int, exitcode: int | None) -> bool:
@@ -99,6 +104,15 @@ class RunSupervisor:
         with self.lock:
             if self._stop_reason is not None or self.state in FINAL_STATES:
                 slot.stopped = True
+                return False
+            if self.eo:
+                # A lost worker means lost in-flight state: everyone goes back to the checkpoint.
+                if slot.startup_failures >= MAX_STARTUP_FAILURES:
+                    self._fail(f"worker {index} failed to start {slot.startup_failures} times")
+                elif not self.restart_all_requested:
+                    log.warning("run %s: worker %d died (exit code %s); exactly-once: restarting all workers",
+                                self.name, index, exitcode)
+                    self._request_restart_all()
                 return False
             self._retire(slot)
             if slot.startup_failures >= MAX_STARTUP_FAILURES:
@@ -137,8 +151,11 @@ class RunSupervisor:
             else:
                 self.restarts += 1
                 self._peers_sent = False
+                self.restart_all_requested = False
                 if self.state == RUNNING:
                     self.state = STARTING
+                if self.eo:
+                    self.eo_recover()
                 log.warning("run %s: workers died (%s); relaunching them (restart %d of %d)",
                             self.name, reason, self.restarts, self.max_restarts)
                 return True
@@ -186,6 +203,8 @@ class RunSupervisor:
             now = time.monotonic()
             if self.state == RUNNING and self._stop_reason is None and now - self._probe_at >= PROBE_INTERVAL:
                 self._probe()
+            if self.eo and not self.restart_all_requested:
+                self._eo_step(now)
             if self._stop_reason is not None:
                 if all(s.stopped for s in self.slots.values()) or (
                     self._stop_sent_at is not None and now - self._stop_sent_at > 10.0
@@ -263,6 +282,9 @@ class RunSupervisor:
                 # and let the driver relaunch the stage (or give up after repeated failures).
                 for s in self.slots.values():
                     self._send(s, {"t": "stop"})
+        elif t in ("barrier_done", "committed", "eo_failure"):
+            if self.eo:
+                self._eo_message(t, msg)
         elif t == "probe_reply":
             if msg.get("seq") == self._probe_seq:
                 self._replies[w] = msg
@@ -294,13 +316,24 @@ class RunSupervisor:
         if not quiet:
             self._last_quiet = None
             return
-        if self.plan.stateful and not any(r.get("cp_final_done") for r in replies):
-            # Stateful: one more full checkpoint commits what the last tuples changed.
+        if self.eo:
+            if not self.eo_final_done or self._eo_phase is not None:
+                if not self._eo_final_requested:
+                    # The final checkpoint must start after this point: one in flight does not count.
+                    self._eo_final_requested = True
+                    self._eo_final_min_txid = (self._eo_txid if self._eo_phase is not None
+                                               else self.eo_committed) + 1
+                    log.info("run %s: input done; taking a final checkpoint", self.name)
+                self._last_quiet = None
+                return
+        elif self.plan.stateful and not any(r.get("cp_final_done") for r in replies):
+            # Stateful: one more full checkpoint commits what the last tuples changed. Asked
+            # again on every quiet probe: a restarted checkpoint spout forgets the request.
             if not self._final_checkpoint_sent:
                 self._final_checkpoint_sent = True
                 log.info("run %s: input done; taking a final checkpoint", self.name)
-                for slot in self.slots.values():
-                    self._send(slot, {"t": "final_checkpoint"})
+            for slot in self.slots.values():
+                self._send(slot, {"t": "final_checkpoint"})
             self._last_quiet = None
             return
         vector = [(r["inc"], *r["counters"]) for r in replies]
@@ -364,6 +397,106 @@ class RunSupervisor:
             system_components=system, restarts=self.restarts, errors=list(self.errors),
             uptime_secs=round(time.time() - self.started_at, 3),
         )
+
+    # --- exactly-once checkpoints ------------------------------------------------------------
+    def _eo_init(self) -> None:
+        import redis
+
+        conf = self.plan.conf
+        url = (conf.get("topology.state.provider.config") or {}).get("url") or conf.get("redis.url")
+        if not url:
+            raise ValueError("topology.state.exactly.once needs a Redis URL (topology.state.provider.config "
+                             "{'url': ...} or the redis.url key)")
+        self.eo_redis = redis.Redis.from_url(url)
+        self.eo_interval = max(100.0, float(conf["topology.state.checkpoint.interval.ms"])) / 1000.0
+        self.eo_spout_tasks = {t for c in self.plan.topology.spouts for t in self.plan.component_tasks[c.id]}
+        self._eo_phase: str | None = None
+        self._eo_waiting: set = set()
+        self._eo_last = time.monotonic()
+        self._eo_final_requested = False
+        self._eo_final_min_txid = 0
+        self.eo_final_done = False
+        self.eo_recover()
+
+    def eo_recover(self) -> None:
+        """Every worker is down: settle what the last checkpoint left (roll back a PREPARING
+        one, finish a COMMITTING one) so that restarted tasks start from one committed cut."""
+        from state.checkpoint import load_checkpoint
+        from state.recovery import recover_stopped
+
+        report = recover_stopped(self.eo_redis, self.name)
+        self.eo_committed = load_checkpoint(self.eo_redis, self.name).txid
+        self._eo_phase = None
+        self._eo_waiting = set()
+        # Rolled back: the input must be done again before a final checkpoint can end the run.
+        self._eo_final_requested = False
+        self.eo_final_done = False
+        log.info("run %s: exactly-once recovery: %s -> %s (%s)", self.name, report.checkpoint_before,
+                 report.checkpoint_after, report.decision)
+
+    def _eo_step(self, now: float) -> None:
+        from state.checkpoint import PREPARING, CheckPointState, save_checkpoint
+
+        if self._eo_phase is not None or self.state != RUNNING or self._stop_reason is not None or self.eo_final_done:
+            return  # one checkpoint at a time; none after the final one of a bounded run
+        if now - self._eo_last < self.eo_interval and not (self._eo_final_requested and not self.eo_final_done):
+            return
+        self._eo_last = now
+        txid = self.eo_committed + 1
+        save_checkpoint(self.eo_redis, self.name, CheckPointState(txid, PREPARING))
+        self._eo_phase, self._eo_txid, self._eo_waiting = "prepare", txid, set(self.eo_spout_tasks)
+        for slot in self.slots.values():
+            self._send(slot, {"t": "barrier", "txid": txid})
+
+    def _eo_message(self, t: str, msg: dict) -> None:
+        from state.checkpoint import COMMITTED, COMMITTING, CheckPointState, save_checkpoint
+
+        if t == "eo_failure":
+            if not self.restart_all_requested and self._stop_reason is None:
+                log.warning("run %s: %s: rolling every task back to checkpoint %d",
+                            self.name, msg.get("reason"), self.eo_committed)
+                self._request_restart_all()
+            return
+        if msg.get("txid") != getattr(self, "_eo_txid", None):
+            return
+        if t == "barrier_done" and self._eo_phase == "prepare":
+            self._eo_waiting.discard(msg["task"])
+            if not self._eo_waiting:
+                save_checkpoint(self.eo_redis, self.name, CheckPointState(self._eo_txid, COMMITTING))
+                self._eo_phase, self._eo_waiting = "commit", set(self.slots)
+                for slot in self.slots.values():
+                    self._send(slot, {"t": "commit", "txid": self._eo_txid})
+        elif t == "committed" and self._eo_phase == "commit":
+            self._eo_waiting.discard(msg["w"])
+            if not self._eo_waiting:
+                save_checkpoint(self.eo_redis, self.name, CheckPointState(self._eo_txid, COMMITTED))
+                self.eo_committed = self._eo_txid
+                self._eo_phase = None
+                if self._eo_final_requested and self.eo_committed >= self._eo_final_min_txid:
+                    self.eo_final_done = True
+
+    def _request_restart_all(self) -> None:
+        if self.restarts >= self.max_restarts:
+            self._fail(f"exactly-once rollback needed but the restart limit "
+                       f"(topology.max.restarts={self.max_restarts}) is used up")
+            return
+        self.restart_all_requested = True
+        if self.restart_all_on_failure:  # Spark: end the stage; the driver relaunches it
+            for slot in self.slots.values():
+                self._send(slot, {"t": "stop"})
+
+    def restart_all_done(self) -> None:
+        """The launcher stopped every worker: recover the state, then they start again."""
+        with self.lock:
+            self.restarts += 1
+            for slot in self.slots.values():
+                self._retire(slot)
+                slot.address = None
+            self._peers_sent = False
+            self.state = STARTING
+            self.restart_all_requested = False
+            self._last_quiet = None
+            self.eo_recover()
 
     def close(self) -> None:
         self.control.close()

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .builder import ALL, DIRECT, ComponentSpec, Grouping, Topology, TopologyError
-from .components import StatefulBolt, StreamInfo
+from .components import ReplayableSpout, StatefulBolt, StreamInfo
 from .config import ConfigError
 from .reliability.checkpointing import CHECKPOINT_FIELDS, CHECKPOINT_SPOUT, CHECKPOINT_STREAM
 
@@ -41,6 +41,7 @@ class Plan:
     subscriptions: dict[int, list[Subscription]]  # sid -> subscribers
     component_conf: dict[str, dict[str, Any]] = field(default_factory=dict)
     stateful: bool = False
+    exactly_once: bool = False
     checkpoint_inputs: dict[str, int] = field(default_factory=dict)  # bolt -> checkpoint input tasks
 
     def tasks_of_worker(self, w: int) -> list[int]:
@@ -82,7 +83,14 @@ def build_plan(topology: Topology, conf: dict[str, Any], workers: int | None = N
             task_component[t] = cid
             task_worker[t] = slot % w
             slot += 1
-    stateful = any(isinstance(c.template, StatefulBolt) for c in topology.components.values())
+    exactly_once = bool(conf.get("topology.state.exactly.once"))
+    if exactly_once:
+        bad = [c.id for c in topology.spouts if not isinstance(c.template, ReplayableSpout)]
+        if bad:
+            raise TopologyError(
+                f"topology.state.exactly.once: spout(s) {bad} are not ReplayableSpout; exactly-once needs "
+                "spouts that can snapshot and rewind their position (e.g. RedisStreamReplaySpout)")
+    stateful = exactly_once or any(isinstance(c.template, StatefulBolt) for c in topology.components.values())
     if stateful:
         interval = float(conf.get("topology.state.checkpoint.interval.ms", 1000))
         timeout_ms = float(conf.get("topology.message.timeout.secs", 30)) * 1000
@@ -91,10 +99,11 @@ def build_plan(topology: Topology, conf: dict[str, Any], workers: int | None = N
                 f"topology.state.checkpoint.interval.ms ({interval:g}) must be below "
                 f"topology.message.timeout.secs ({timeout_ms / 1000:g} s): inputs are acked only at commit"
             )
-        component_tasks[CHECKPOINT_SPOUT] = [next_task]
-        task_component[next_task] = CHECKPOINT_SPOUT
-        task_worker[next_task] = 0
-        next_task += 1
+        if not exactly_once:  # exactly-once: the supervisor coordinates; barriers start at the spouts
+            component_tasks[CHECKPOINT_SPOUT] = [next_task]
+            task_component[next_task] = CHECKPOINT_SPOUT
+            task_worker[next_task] = 0
+            next_task += 1
     acker_tasks = list(range(next_task, next_task + n_ackers))
     component_tasks[ACKER] = acker_tasks
     for i, t in enumerate(acker_tasks):
@@ -113,11 +122,12 @@ def build_plan(topology: Topology, conf: dict[str, Any], workers: int | None = N
     if stateful:
         # Storm's wiring: $checkpoint from $checkpointspout to spout-fed bolts, from each bolt
         # to the bolts it feeds; one per source component, all-grouped.
-        sid = len(streams)
-        streams.append(StreamInfo(sid, CHECKPOINT_SPOUT, CHECKPOINT_STREAM, CHECKPOINT_FIELDS))
-        stream_ids[(CHECKPOINT_SPOUT, CHECKPOINT_STREAM)] = sid
+        if not exactly_once:
+            sid = len(streams)
+            streams.append(StreamInfo(sid, CHECKPOINT_SPOUT, CHECKPOINT_STREAM, CHECKPOINT_FIELDS))
+            stream_ids[(CHECKPOINT_SPOUT, CHECKPOINT_STREAM)] = sid
         for cid, spec in topology.components.items():
-            if not spec.is_spout:
+            if exactly_once or not spec.is_spout:
                 sid = len(streams)
                 streams.append(StreamInfo(sid, cid, CHECKPOINT_STREAM, CHECKPOINT_FIELDS))
                 stream_ids[(cid, CHECKPOINT_STREAM)] = sid
@@ -128,7 +138,9 @@ def build_plan(topology: Topology, conf: dict[str, Any], workers: int | None = N
                 continue
             sources: list[str] = []
             for g in spec.inputs:
-                src = CHECKPOINT_SPOUT if topology.components[g.source].is_spout else g.source
+                src = g.source
+                if topology.components[src].is_spout and not exactly_once:
+                    src = CHECKPOINT_SPOUT  # Storm: beside the data, not in-band
                 if src not in sources:
                     sources.append(src)
             for src in sources:
@@ -147,7 +159,7 @@ def build_plan(topology: Topology, conf: dict[str, Any], workers: int | None = N
             subscriptions[sid].append(_subscription(cid, g, component_tasks[cid], info))
     component_conf = {cid: dict(spec.conf) for cid, spec in topology.components.items()}
     return Plan(topology, conf, w, component_tasks, task_component, task_worker, acker_tasks,
-                streams, stream_ids, subscriptions, component_conf, stateful, checkpoint_inputs)
+                streams, stream_ids, subscriptions, component_conf, stateful, exactly_once, checkpoint_inputs)
 
 
 def _subscription(target: str, g: Grouping, tasks: list[int], info: StreamInfo) -> Subscription:

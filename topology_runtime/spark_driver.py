@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 codes = rdd.collect()
                 reason = f"workers returned with exit codes {codes}"
-                if all(c == 0 for c in codes) and sup.done.wait(5.0):  # stopped because the run ended
+                if all(c == 0 for c in codes) and not sup.restart_all_requested and sup.done.wait(5.0):
                     break
             except Exception as e:  # noqa: BLE001 - a worker died: Spark failed the barrier stage
                 reason = _first_line(e)

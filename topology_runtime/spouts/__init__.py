@@ -1,3 +1,3 @@
-from .redis_stream import RedisStreamSpout
+from .redis_stream import RedisStreamReplaySpout, RedisStreamSpout
 
-__all__ = ["RedisStreamSpout"]
+__all__ = ["RedisStreamReplaySpout", "RedisStreamSpout"]

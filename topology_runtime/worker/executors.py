@@ -88,6 +88,18 @@ class BaseExecutor:
         self.worker.record_error(self.component, self.task, f"{what}: {type(exc).__name__}: {exc}", tb)
 
 
+class Barrier:
+    """The msg id of an exactly-once barrier tuple."""
+
+    __slots__ = ("txid",)
+
+    def __init__(self, txid: int) -> None:
+        self.txid = txid
+
+    def __repr__(self) -> str:
+        return f"Barrier({self.txid})"
+
+
 class _AckBatch:
     __slots__ = ("xor", "count", "sealed")
 
@@ -123,6 +135,53 @@ class BoltExecutor(BaseExecutor):
             self.instance.ack = self._held_ack  # acked for real only when the checkpoint commits
         self._plain_process = self.process
         self.process = self._process_with_checkpoints
+
+    def enable_exactly_once(self, n_inputs: int, state: Any = None) -> None:
+        """In-band barriers: hold each input channel from which barrier t arrived until it arrived
+        on all, then prepare the state, forward the barrier (anchored to every copy) and go on."""
+        self.cp_route = self.routes[CHECKPOINT_STREAM]
+        self.cp_sids = {info.sid for info in self.worker.streams if info.stream == CHECKPOINT_STREAM}
+        self.n_inputs = n_inputs
+        self.blocked: set[int] = set()
+        self.barrier_tups: list[Tuple] = []
+        self.held_inputs: list[Tuple] = []
+        self.eo_state = state
+        if state is not None:
+            self.instance.init_state(state)  # state restored by recovery before the workers started
+        self._plain_process = self.process
+        self.process = self._process_aligned
+
+    def _process_aligned(self, tup: Tuple) -> None:
+        if tup.info.sid in self.cp_sids:
+            self.blocked.add(tup.source_task)
+            self.barrier_tups.append(tup)
+            if len(self.barrier_tups) == self.n_inputs:
+                self._aligned(tup.values[0])
+        elif tup.source_task in self.blocked:
+            self.held_inputs.append(tup)
+        else:
+            self._plain_process(tup)
+
+    def _aligned(self, txid: int) -> None:
+        barriers, self.barrier_tups = self.barrier_tups, []
+        try:
+            if self.eo_state is not None:
+                maybe_crash("prepare", txid)
+                self.instance.pre_prepare(txid)
+                self.eo_state.prepare_commit(txid)
+        except Exception as e:  # noqa: BLE001 - failing the barrier rolls every task back
+            self.report_error(f"prepare({txid})", e)
+            for b in barriers:
+                self.fail(b)
+        else:
+            values = [txid, "PREPARE"]
+            self._send(self.cp_route, values, self.cp_route.targets(values), barriers)
+            for b in barriers:
+                BoltExecutor.ack(self, b)
+        self.blocked.clear()
+        held, self.held_inputs = self.held_inputs, []
+        for t in held:
+            self._process_aligned(t)
 
     def _held_ack(self, tup: Tuple) -> None:
         # Held until the commit that covers it, as one XOR per tree root rather than the tuple:
@@ -338,6 +397,14 @@ class SpoutExecutor(BaseExecutor):
     def finish(self) -> None:
         self.finished = True
 
+    def emit_barrier(self, txid: int) -> None:
+        """Exactly-once: the position is snapshotted (by the worker) and the barrier follows this
+        task's data on every downstream channel; its tree completes once all bolts prepared."""
+        route = self.routes[CHECKPOINT_STREAM]
+        values = [txid, "PREPARE"]
+        self._send(route, values, route.targets(values), Barrier(txid))
+        self.stats.emitted -= 1  # system tuple: not part of the user's figures
+
     def _new_root(self) -> int:
         # Root ids are random 64-bit numbers; we pick the residue mod n_ackers so the tree's
         # acker lives in this worker when there is one (the init never crosses a process).
@@ -417,6 +484,9 @@ class SpoutExecutor(BaseExecutor):
             if e is None:
                 return  # already timed out: ignored, as in Storm
             msg_id, t0 = e
+            if type(msg_id) is Barrier:
+                self.worker.barrier_done(self.task, msg_id.txid)
+                return
             self.stats.acked += 1
             self.stats.complete.record((time.perf_counter() - t0) * 1000.0)
             self._callback(self.instance.ack, msg_id)
@@ -429,6 +499,11 @@ class SpoutExecutor(BaseExecutor):
             self.pending.reset(root)
 
     def _failed(self, msg_id) -> None:
+        if self.worker.exactly_once:
+            # No per-tuple replay: any failure rolls every task back to the last checkpoint.
+            self.worker.exactly_once_failure(f"{self.component}[{self.task}]: tuple {msg_id!r:.60} failed or timed out")
+            if type(msg_id) is Barrier:
+                return
         self.stats.failed += 1
         try:
             self.failed_ids.add(msg_id)

@@ -107,6 +107,9 @@ class Worker:
         self.draining = False
         self._peer_addr: dict[int, str] = {}
         self.checkpoint_spout = None
+        self.exactly_once = bool(plan.exactly_once)
+        self._eo_failed = False
+        self.spout_states: dict[int, Any] = {}  # exactly-once: spout task -> its position state
 
         self.local_tasks = set(plan.tasks_of_worker(self.index))
         self.task_worker = plan.task_worker
@@ -218,13 +221,18 @@ class Worker:
                 ex = SpoutExecutor(self, task, cid, instance, routes, max_pending)
                 self.local_spouts[task] = ex
                 self._open(ex, instance.open, conf, ctx)
+                if self.exactly_once:
+                    self._restore_spout(ex, task)
             else:
                 ex = BoltExecutor(self, task, cid, instance, routes, basic=is_basic(instance))
                 self.local_bolts[task] = ex
                 self._open(ex, instance.prepare, conf, ctx)
                 if plan.stateful:
                     state = self._state_for(ex, cid, task) if isinstance(instance, StatefulBolt) else None
-                    ex.enable_checkpointing(plan.checkpoint_inputs[cid], state)
+                    if self.exactly_once:
+                        ex.enable_exactly_once(plan.checkpoint_inputs[cid], state)
+                    else:
+                        ex.enable_checkpointing(plan.checkpoint_inputs[cid], state)
 
     # --- state -------------------------------------------------------------------------------------
     def _state_redis(self):
@@ -253,6 +261,55 @@ class Worker:
         except Exception as e:
             self._report_fatal(ex, "state", e)
             raise FatalStartupError(str(e)) from e
+
+    def _restore_spout(self, ex, task: int) -> None:
+        from state import RedisKeyValueState
+
+        try:
+            st = RedisKeyValueState(self._state_redis(), self.spec.topology_id, task)
+            snap = st.get("__snapshot")
+            if snap is not None:
+                ex.instance.restore(snap)
+                ex.log.info("restored to the committed position %r", snap)
+        except Exception as e:
+            self._report_fatal(ex, "restore", e)
+            raise FatalStartupError(str(e)) from e
+        self.spout_states[task] = st
+
+    def barrier_done(self, task: int, txid: int) -> None:
+        self.control.send({"t": "barrier_done", "w": self.index, "inc": self.spec.incarnation,
+                           "task": task, "txid": txid})
+
+    def exactly_once_failure(self, reason: str) -> None:
+        if not self._eo_failed:  # once per incarnation: the supervisor rolls everything back
+            self._eo_failed = True
+            log.warning("exactly-once: %s; asking for a rollback to the last checkpoint", reason)
+            self.control.send({"t": "eo_failure", "w": self.index, "inc": self.spec.incarnation, "reason": reason})
+
+    def _eo_barrier(self, txid: int) -> None:
+        for task, ex in self.local_spouts.items():
+            if ex.system:
+                continue
+            st = self.spout_states[task]
+            st.put("__snapshot", ex.instance.snapshot())
+            st.prepare_commit(txid)
+            ex.emit_barrier(txid)
+        self._drain_queue()
+
+    def _eo_commit(self, txid: int) -> None:
+        from ..faults import maybe_crash
+
+        maybe_crash("between", txid)
+        for st in self.spout_states.values():
+            if st.prepared_txid == txid:
+                st.commit(txid)
+        for ex in self.local_bolts.values():
+            st = getattr(ex, "eo_state", None)
+            if st is not None and st.prepared_txid == txid:
+                ex.instance.pre_commit(txid)
+                st.commit(txid)
+        maybe_crash("commit", txid)
+        self.control.send({"t": "committed", "w": self.index, "inc": self.spec.incarnation, "txid": txid})
 
     def _checkpoint_spout(self):
         from state.checkpoint import INITIAL, load_checkpoint, save_checkpoint
@@ -510,6 +567,18 @@ class Worker:
                 for s in self.local_spouts.values():
                     if not s.system:  # the checkpoint spout keeps going: the final commit needs it
                         s.deactivated = True
+            elif t == "barrier":
+                try:
+                    self._eo_barrier(msg["txid"])
+                except Exception as e:  # noqa: BLE001 - Redis down etc.: roll back, retry later
+                    log.exception("exactly-once barrier %s failed", msg["txid"])
+                    self.exactly_once_failure(f"barrier {msg['txid']}: {e}")
+            elif t == "commit":
+                try:
+                    self._eo_commit(msg["txid"])
+                except Exception as e:  # noqa: BLE001
+                    log.exception("exactly-once commit %s failed", msg["txid"])
+                    self.exactly_once_failure(f"commit {msg['txid']}: {e}")
             elif t == "final_checkpoint":
                 if self.checkpoint_spout is not None and self.checkpoint_spout.machine is not None:
                     self.checkpoint_spout.machine.request_final(time.monotonic())
