@@ -91,3 +91,29 @@ def exactly_once_wordcount(slow: bool = True):
     b.set_bolt("split", SlowSplit() if slow else SplitSentence(), 2).shuffle_grouping("sentences")
     b.set_bolt("count", StatefulWordCount(), 2).fields_grouping("split", ["word"])
     return b.create_topology()
+
+
+class FailOnceSplit(SplitSentence):
+    """Raises once (the first time any task sees a sentence with "fox"): in exactly-once mode
+    that tuple's failure must roll every task back, not replay one tuple."""
+
+    def prepare(self, conf, context):
+        import redis
+
+        self.r = redis.Redis.from_url(conf["redis.url"])
+
+    def execute(self, tup):
+        if "fox" in tup["sentence"] and self.r.set("test:failed-once", 1, nx=True):
+            raise RuntimeError("planted failure")
+        super().execute(tup)
+
+
+def exactly_once_failing_wordcount():
+    from examples.stateful_wordcount import StatefulWordCount
+    from topology_runtime.spouts import RedisStreamReplaySpout
+
+    b = TopologyBuilder()
+    b.set_spout("sentences", RedisStreamReplaySpout(STREAM, fields=["sentence"], bounded=True, batch_size=50), 2)
+    b.set_bolt("split", FailOnceSplit(), 2).shuffle_grouping("sentences")
+    b.set_bolt("count", StatefulWordCount(), 2).fields_grouping("split", ["word"])
+    return b.create_topology()

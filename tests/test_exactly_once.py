@@ -9,7 +9,7 @@ import signal
 
 import pytest
 import redis
-from spark_topologies import exactly_once_wordcount, wordcount
+from spark_topologies import exactly_once_failing_wordcount, exactly_once_wordcount, wordcount
 
 from examples.stateful_wordcount import counts_in_state
 from examples.wordcount import load_sentences, true_counts
@@ -60,6 +60,17 @@ def test_exactly_once_fault_at_each_phase(redis_url, point, monkeypatch, tmp_pat
     assert marker.exists(), "the fault never fired"
     assert status.restarts >= 1
     assert counts == truth
+
+
+def test_a_failed_tuple_rolls_everything_back_instead_of_replaying_it(redis_url):
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    truth = true_counts(load_sentences(client, 1000))
+    with LocalCluster(workers=2) as cluster:
+        run = cluster.submit("eo-fail", exactly_once_failing_wordcount(), {"redis.url": redis_url, **CONF})
+        status = run.wait(120)
+    assert status.state == "completed", status.error
+    assert client.get("test:failed-once") == "1" and status.restarts >= 1
+    assert counts_in_state(redis_url, "eo-fail", run.plan.component_tasks["count"]) == truth
 
 
 def test_non_replayable_spout_is_rejected_at_submit(redis_url):

@@ -5,6 +5,7 @@ prepared."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from spark_topologies import slow_stateful_wordcount
+from spark_topologies import exactly_once_wordcount, slow_stateful_wordcount
 
 from examples.stateful_wordcount import counts_in_state
 from examples.wordcount import load_sentences, true_counts
@@ -25,6 +26,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 CONF = {"topology.state.provider": "redis", "topology.state.checkpoint.interval.ms": 200,
         "topology.message.timeout.secs": 3, "topology.max.spout.pending": 200}
+EO = {**CONF, "topology.state.exactly.once": True, "topology.max.spout.pending": 100}
 
 
 def _checkpoint_txid(client, topology_id):
@@ -55,27 +57,40 @@ def test_worker_killed_at_each_checkpoint_phase(point, redis_url, tmp_path, monk
     _assert_at_least_once(redis_url, client, f"f-{point}", run.plan.component_tasks["count"], truth)
 
 
-def test_redis_restarted_from_aof_mid_run(redis_server, redis_url):
+@pytest.mark.parametrize("mode", ["at-least-once", "exactly-once"])
+def test_redis_restarted_from_aof_mid_run(redis_server, redis_url, mode):
     client = redis.Redis.from_url(redis_url)
     truth = true_counts(load_sentences(redis.Redis.from_url(redis_url, decode_responses=True), 1500))
+    topology, conf = (slow_stateful_wordcount(), CONF) if mode == "at-least-once" else (exactly_once_wordcount(), EO)
     with LocalCluster(workers=2) as cluster:
-        run = cluster.submit("f-redis", slow_stateful_wordcount(), {"redis.url": redis_url, **CONF})
+        run = cluster.submit("f-redis", topology, {"redis.url": redis_url, **conf})
         assert wait_for(lambda: _checkpoint_txid(client, "f-redis") >= 2, 60)
         redis_server.kill()  # SIGKILL: only what the AOF fsynced survives (appendfsync always)
         time.sleep(1.0)
         redis_server.start()
         status = run.wait(240)
     assert status.state == "completed", status.error
+    if mode == "exactly-once":
+        counts = counts_in_state(redis_url, "f-redis", run.plan.component_tasks["count"])
+        assert counts == truth
     _assert_at_least_once(redis_url, client, "f-redis", run.plan.component_tasks["count"], truth)
 
 
-def test_driver_killed_then_recover_and_resubmit(redis_url, tmp_path):
+@pytest.mark.parametrize("mode", ["at-least-once", "exactly-once"])
+def test_driver_killed_then_recover_and_resubmit(redis_url, tmp_path, mode):
+    from topology_runtime.config import resolve_config
+    from topology_runtime.plan import build_plan
+
     client = redis.Redis.from_url(redis_url)
     truth = true_counts(load_sentences(redis.Redis.from_url(redis_url, decode_responses=True), 1500))
     env = {**os.environ, "TOPOLOGY_LEASE_TTL_MS": "2000"}
-    cmd = [sys.executable, "-m", "topology_runtime.cli", "run", "spark_topologies:slow_stateful_wordcount",
+    ref, conf = (("spark_topologies:slow_stateful_wordcount", CONF) if mode == "at-least-once"
+                 else ("spark_topologies:exactly_once_wordcount", EO))
+    topology = slow_stateful_wordcount() if mode == "at-least-once" else exactly_once_wordcount()
+    count_tasks = build_plan(topology, resolve_config(conf), 2).component_tasks["count"]
+    cmd = [sys.executable, "-m", "topology_runtime.cli", "run", ref,
            "--name", "f-driver", "--redis", redis_url, "--workers", "2"]
-    cmd += [arg for k, v in CONF.items() for arg in ("--conf", f"{k}={v}")]
+    cmd += [arg for k, v in conf.items() for arg in ("--conf", f"{k}={json.dumps(v)}")]
     driver = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               start_new_session=True)
     try:
@@ -95,4 +110,6 @@ def test_driver_killed_then_recover_and_resubmit(redis_url, tmp_path):
     assert "checkpoint after: COMMITTED(" in rec.stdout
     again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert again.returncode == 0, again.stderr[-3000:]
-    _assert_at_least_once(redis_url, client, "f-driver", [4, 5], truth)
+    if mode == "exactly-once":
+        assert counts_in_state(redis_url, "f-driver", count_tasks) == truth
+    _assert_at_least_once(redis_url, client, "f-driver", count_tasks, truth)

@@ -204,7 +204,7 @@ class RunSupervisor:
             if self.state == RUNNING and self._stop_reason is None and now - self._probe_at >= PROBE_INTERVAL:
                 self._probe()
             if self.eo and not self.restart_all_requested:
-                self._eo_step(now)
+                self._eo_guard(self._eo_step, now)
             if self._stop_reason is not None:
                 if all(s.stopped for s in self.slots.values()) or (
                     self._stop_sent_at is not None and now - self._stop_sent_at > 10.0
@@ -284,7 +284,7 @@ class RunSupervisor:
                     self._send(s, {"t": "stop"})
         elif t in ("barrier_done", "committed", "eo_failure"):
             if self.eo:
-                self._eo_message(t, msg)
+                self._eo_guard(self._eo_message, t, msg)
         elif t == "probe_reply":
             if msg.get("seq") == self._probe_seq:
                 self._replies[w] = msg
@@ -418,14 +418,38 @@ class RunSupervisor:
         self.eo_final_done = False
         self.eo_recover()
 
+    def _eo_guard(self, fn, *args) -> None:
+        """Redis unreachable while coordinating: abandon this checkpoint and roll back once it
+        is back (the record may be behind what workers prepared)."""
+        import redis
+
+        try:
+            fn(*args)
+        except redis.RedisError as e:
+            log.warning("run %s: checkpoint coordination lost Redis (%s); rolling back", self.name, e)
+            self._eo_phase = None
+            if not self.restart_all_requested and self._stop_reason is None:
+                self._request_restart_all()
+
     def eo_recover(self) -> None:
         """Every worker is down: settle what the last checkpoint left (roll back a PREPARING
         one, finish a COMMITTING one) so that restarted tasks start from one committed cut."""
+        import redis
+
         from state.checkpoint import load_checkpoint
         from state.recovery import recover_stopped
 
-        report = recover_stopped(self.eo_redis, self.name)
-        self.eo_committed = load_checkpoint(self.eo_redis, self.name).txid
+        for attempt in range(120):  # every worker is down: wait for Redis (up to ~1 min)
+            try:
+                report = recover_stopped(self.eo_redis, self.name)
+                self.eo_committed = load_checkpoint(self.eo_redis, self.name).txid
+                break
+            except redis.RedisError as e:
+                if attempt == 0:
+                    log.warning("run %s: recovery waits for Redis (%s)", self.name, e)
+                time.sleep(0.5)
+        else:
+            raise RuntimeError(f"run {self.name}: Redis unreachable for a minute; cannot recover state")
         self._eo_phase = None
         self._eo_waiting = set()
         # Rolled back: the input must be done again before a final checkpoint can end the run.
