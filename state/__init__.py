@@ -6,6 +6,7 @@ from .keyvalue import InMemoryKeyValueState, KeyValueState, StateError
 from .recovery import RecoveryRefused, RecoveryReport, recover, reset
 from .redis_kv import RedisKeyValueState
 from .serializer import StateSerializationError
+from .values import OpaqueValue, TransactionalValue, ValueMap
 
-__all__ = ["CheckPointState", "InMemoryKeyValueState", "KeyValueState", "RecoveryRefused", "RecoveryReport",
+__all__ = ["OpaqueValue", "TransactionalValue", "ValueMap", "CheckPointState", "InMemoryKeyValueState", "KeyValueState", "RecoveryRefused", "RecoveryReport",
            "RedisKeyValueState", "StateError", "StateSerializationError", "recover", "reset"]

@@ -1,0 +1,39 @@
+"""TransactionalValue / OpaqueValue rules (Trident's StateTest) and their Redis map."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from state.values import OpaqueValue, TransactionalValue, ValueMap
+
+
+def test_opaque_value_get_and_update():
+    v = OpaqueValue(2, "curr", "prev")
+    assert v.get(None) == "curr" and v.get(3) == "curr" and v.get(2) == "prev"
+    with pytest.raises(ValueError, match="behind"):
+        v.get(1)
+    assert v.update(3, lambda x: x + "+") == OpaqueValue(3, "curr+", "curr")  # newer: curr -> prev
+    assert v.update(2, lambda x: x + "+") == OpaqueValue(2, "prev+", "prev")  # replay: from prev
+    with pytest.raises(ValueError, match="older"):
+        v.update(1, lambda x: x)
+
+
+def test_transactional_value_skips_a_replayed_txid():
+    v = TransactionalValue(1, 10)
+    assert v.update(1, lambda x: x + 5) is v
+    assert v.update(2, lambda x: x + 5) == TransactionalValue(2, 15)
+
+
+@pytest.mark.parametrize("opaque", [False, True])
+def test_value_map_counts_exactly_under_replays(redis_url, opaque):
+    m = ValueMap(redis.Redis.from_url(redis_url), "counts", opaque=opaque)
+    add = lambda n: lambda x: (x or 0) + n  # noqa: E731
+    m.multi_update(1, {"a": add(2), "b": add(1)})
+    m.multi_update(1, {"a": add(2), "b": add(1)})  # batch 1 replayed (identical)
+    m.multi_update(2, {"a": add(3)})
+    if opaque:
+        m.multi_update(2, {"a": add(4)})  # opaque replay of batch 2 with different content
+        assert m.get(["a"])["a"] == OpaqueValue(2, 6, 2)
+    else:
+        assert m.get(["a", "b"]) == {"a": TransactionalValue(2, 5), "b": TransactionalValue(1, 1)}
