@@ -31,13 +31,21 @@ class Tracking:
 
 @dataclass
 class Finish:
-    """What the executor must do now for one id."""
+    """What the executor must do now for one id: when ``finished``, call finish_batch (its
+    emits still count), then send ``counts`` (read after it), ack ``ack``, and call
+    ``tracker.done(id)``."""
 
     id: Any
-    finished: bool = False  # call finish_batch, then send `counts` and ack `ack`
-    counts: dict[int, int] = field(default_factory=dict)
+    finished: bool = False
     ack: list = field(default_factory=list)
     fail: list = field(default_factory=list)
+    tracking: Tracking | None = None
+    out_tasks: list[int] = field(default_factory=list)
+
+    @property
+    def counts(self) -> dict[int, int]:
+        emitted = self.tracking.task_emitted if self.tracking is not None else {}
+        return {task: emitted.get(task, 0) for task in self.out_tasks}
 
 
 class CoordinatedTracker:
@@ -47,8 +55,15 @@ class CoordinatedTracker:
         self.out_tasks = list(out_tasks)
         self.has_id_stream = has_id_stream
         self.tracked = RotatingMap(timeout_buckets)
+        self._finishing: dict[Any, Tracking] = {}
+
+    def done(self, id_: Any) -> None:
+        self._finishing.pop(id_, None)
 
     def _get(self, id_: Any) -> Tracking:
+        t = self._finishing.get(id_)  # finish_batch is running: its emits still count
+        if t is not None:
+            return t
         t = self.tracked.get(id_)
         if t is None:
             t = Tracking(received_id=not self.has_id_stream)
@@ -105,10 +120,11 @@ class CoordinatedTracker:
         elif t.received_id and (self.num_source_reports == 0 or (
                 t.report_count == self.num_source_reports and t.expected == t.received)):
             f.finished = True
-            f.counts = {task: t.task_emitted.get(task, 0) for task in self.out_tasks}
+            f.tracking, f.out_tasks = t, self.out_tasks
             f.ack = list(t.held)
             t.finished = True
             self.tracked.remove(id_)
+            self._finishing[id_] = t
         if tup is not None and not delayed:
             (f.fail if t.failed else f.ack).append(tup)
         return f

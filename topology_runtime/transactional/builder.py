@@ -1,0 +1,77 @@
+"""TransactionalTopologyBuilder: a Topology of coordinator, emitter and coordinated batch bolts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..builder import Topology, TopologyBuilder
+from .runtime import BATCH_STREAM, COMMIT_STREAM, COORD_STREAM, CoordinatedBolt, CoordinatorSpout, is_committer
+
+
+class _Declarer:
+    def __init__(self, builder: TransactionalTopologyBuilder, bolt_id: str) -> None:
+        self._b, self._id = builder, bolt_id
+
+    def _add(self, kind: str, component: str, *args: Any, **kw: Any) -> _Declarer:
+        self._b._inputs[self._id].append((kind, component, args, kw))
+        return self
+
+    def shuffle_grouping(self, component: str, stream: str = "default") -> _Declarer:
+        return self._add("shuffle_grouping", component, stream=stream)
+
+    def fields_grouping(self, component: str, fields: Sequence[str], stream: str = "default") -> _Declarer:
+        return self._add("fields_grouping", component, fields, stream=stream)
+
+    def global_grouping(self, component: str, stream: str = "default") -> _Declarer:
+        return self._add("global_grouping", component, stream=stream)
+
+    def all_grouping(self, component: str, stream: str = "default") -> _Declarer:
+        return self._add("all_grouping", component, stream=stream)
+
+    def local_or_shuffle_grouping(self, component: str, stream: str = "default") -> _Declarer:
+        return self._add("local_or_shuffle_grouping", component, stream=stream)
+
+
+class TransactionalTopologyBuilder:
+    def __init__(self, topology_id: str, spout_id: str, spout: Any, parallelism: int = 1) -> None:
+        self.topology_id = topology_id
+        self.spout_id = spout_id
+        self.spout = spout
+        self.spout_parallelism = parallelism
+        self._bolts: dict[str, tuple[Any, int, bool]] = {}
+        self._inputs: dict[str, list] = {}
+
+    def set_bolt(self, bolt_id: str, bolt: Any, parallelism: int = 1) -> _Declarer:
+        self._bolts[bolt_id] = (bolt, parallelism, is_committer(bolt))
+        self._inputs[bolt_id] = []
+        return _Declarer(self, bolt_id)
+
+    def set_committer_bolt(self, bolt_id: str, bolt: Any, parallelism: int = 1) -> _Declarer:
+        self._bolts[bolt_id] = (bolt, parallelism, True)
+        self._inputs[bolt_id] = []
+        return _Declarer(self, bolt_id)
+
+    def create_topology(self) -> Topology:
+        coord = f"coord-{self.spout_id}"
+        b = TopologyBuilder()
+        downstream: dict[str, list[str]] = {self.spout_id: []}
+        sources: dict[str, list[str]] = {}
+        for bid in self._bolts:
+            sources[bid] = sorted({c for _, c, _, _ in self._inputs[bid]})
+            for s in sources[bid]:
+                downstream.setdefault(s, []).append(bid)
+        b.set_spout(coord, CoordinatorSpout(self.spout, self.topology_id), 1)
+        emitter = CoordinatedBolt(None, [], downstream.get(self.spout_id, []), False, emitter_of=self.spout)
+        b.set_bolt(self.spout_id, emitter, self.spout_parallelism).all_grouping(coord, stream=BATCH_STREAM)
+        for bid, (bolt, par, committer) in self._bolts.items():
+            wrapper = CoordinatedBolt(bolt, sources[bid], downstream.get(bid, []), committer)
+            d = b.set_bolt(bid, wrapper, par)
+            for kind, comp, args, kw in self._inputs[bid]:
+                getattr(d, kind)(comp, *args, **kw)
+            for s in sources[bid]:
+                d.direct_grouping(s, stream=COORD_STREAM)
+            if committer:
+                d.all_grouping(coord, stream=COMMIT_STREAM)
+            d.add_configuration("topology.tick.tuple.freq.secs", 5)
+        return b.create_topology()
