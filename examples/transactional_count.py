@@ -59,6 +59,10 @@ class UpdateGlobalCount(BatchBolt, Committer):
         self.values.multi_update(self.id.txid, {"count": lambda v: (v or 0) + n})
 
 
+def _adder(n: int):
+    return lambda v: (v or 0) + n
+
+
 class KeyedCount(BatchBolt):
     outputs = ["tx", "word", "count"]
 
@@ -84,8 +88,7 @@ class UpdateWordCounts(BatchBolt, Committer):
         self.counts[tup["word"]] = self.counts.get(tup["word"], 0) + tup["count"]
 
     def finish_batch(self):
-        self.values.multi_update(self.id.txid, {w: (lambda n: lambda v: (v or 0) + n)(n)
-                                                for w, n in self.counts.items()})
+        self.values.multi_update(self.id.txid, {w: _adder(n) for w, n in self.counts.items()})
 
 
 def global_count(data: dict, take: int = 3, name: str = "global-count"):
