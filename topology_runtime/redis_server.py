@@ -52,7 +52,7 @@ class RedisServer:
 
     def __init__(self, data_dir: str | Path, port: int | None = None, appendonly: bool = True,
                  appendfsync: str = "everysec") -> None:
-        self.data_dir = Path(data_dir)
+        self.data_dir = Path(data_dir).resolve()  # absolute: redis-server chdirs into --dir
         self.port = port or free_port()
         self.appendonly = appendonly
         self.appendfsync = appendfsync
@@ -112,7 +112,8 @@ class RedisServer:
 
 
 def _project_dir(root: Path | None) -> Path:
-    return Path(root or os.environ.get("TOPOLOGY_HOME") or os.getcwd()) / ".topology" / "redis"
+    # absolute: redis-server chdirs into --dir before it opens the pidfile and logfile
+    return (Path(root or os.environ.get("TOPOLOGY_HOME") or os.getcwd()) / ".topology" / "redis").resolve()
 
 
 def project_redis_url(root: Path | None = None, start: bool = True) -> str:
@@ -126,7 +127,9 @@ def project_redis_url(root: Path | None = None, start: bool = True) -> str:
     server = RedisServer(d, port=port, appendonly=True)
     args = server.args() + ["--daemonize", "yes", "--pidfile", str(d / "redis.pid"),
                             "--logfile", str(d / "redis.log")]
-    subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
+    done = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"the project-local Redis did not start on port {port}: {done.stdout.strip()}")
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if _ping(url, 0.2):
@@ -136,6 +139,7 @@ def project_redis_url(root: Path | None = None, start: bool = True) -> str:
 
 
 def stop_project_redis(root: Path | None = None) -> bool:
+    """Shut the project-local Redis down (AOF flushed); False if none was running."""
     port = int(os.environ.get("TOPOLOGY_REDIS_PORT", PROJECT_PORT))
     url = f"redis://127.0.0.1:{port}/0"
     if not _ping(url):
