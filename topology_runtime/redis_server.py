@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import signal
@@ -57,6 +58,7 @@ class RedisServer:
         self.appendonly = appendonly
         self.appendfsync = appendfsync
         self.proc: subprocess.Popen | None = None
+        self._atexit = False
 
     @property
     def url(self) -> str:
@@ -70,6 +72,9 @@ class RedisServer:
     def start(self) -> RedisServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(self.args(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if not self._atexit:  # a script that dies without stop() must not leave servers behind
+            atexit.register(self.stop)
+            self._atexit = True
         self.wait_ready()
         return self
 
