@@ -96,3 +96,10 @@ def make_cluster(launcher, redis_url, tmp_path):
     yield make
     for c in clusters:
         c.shutdown()
+
+
+@pytest.fixture
+def cluster_factory(make_cluster):
+    """``make(workers)`` -> a cluster of the launcher under test (LocalCluster for every test; Spark
+    too for tests marked ``spark_subset``); every cluster made is shut down after the test."""
+    return make_cluster

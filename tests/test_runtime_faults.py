@@ -1,74 +1,133 @@
-"""Faults on real worker processes: user exceptions, SIGKILLed workers, back-pressure."""
+"""Faults on real worker processes: a user exception in execute, a SIGKILLed worker, and
+back-pressure between two workers flooding each other with tiny buffers."""
 
 from __future__ import annotations
 
+import collections
 import os
+import re
 import signal
-from pathlib import Path
 
+import pytest
 import redis
-from runtime_components import FlakyOnce, NumberSpout, PingPong, Record
+from topologies import (
+    BasicRaiseOnce,
+    NumberSpout,
+    PingPong,
+    RaiseOnce,
+    Record,
+    conf_for,
+    contexts,
+    ids_of,
+    pids,
+)
 
-from topology_runtime import LocalCluster, TopologyBuilder
+from topology_runtime import TopologyBuilder
 from topology_runtime.local_cluster import wait_for
 
 
-def test_exception_in_execute_fails_tuple_replays_and_is_logged(redis_url, capfd):
-    r = redis.Redis.from_url(redis_url, decode_responses=True)
+@pytest.fixture
+def r(redis_url):
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    yield client
+    client.close()
+
+
+def component_tasks(r) -> dict[str, list[int]]:
+    out: dict[str, set] = collections.defaultdict(set)
+    for c in contexts(r):
+        out[c["component"]].add(c["task"])
+    return {k: sorted(v) for k, v in out.items()}
+
+
+@pytest.mark.parametrize("bolt", [RaiseOnce, BasicRaiseOnce], ids=["Bolt", "BasicBolt"])
+def test_exception_in_execute_fails_the_tuple_is_replayed_reported_and_logged(redis_url, r, cluster_factory, capfd,
+                                                                             bolt):
+    """A bolt (plain or basic) raising in execute: that tuple fails at once (no timeout: T = 30 s), the spout
+    replays it, the second attempt succeeds; the worker goes on (no restart, no re-prepare); the error
+    is in status.errors with component, task and traceback, and the worker logs it to stderr."""
     b = TopologyBuilder()
-    b.set_spout("nums", NumberSpout(20))
-    b.set_bolt("flaky", FlakyOnce(), 2).shuffle_grouping("nums")
-    with LocalCluster(workers=2) as cluster:
-        status = cluster.run("flaky", b.create_topology(), {"test.redis.url": redis_url}, timeout=60)
+    b.set_spout("nums", NumberSpout(20, events=True))
+    b.set_bolt("flaky", bolt(), 2).shuffle_grouping("nums")
+    with cluster_factory(2) as cluster:
+        status = cluster.run("flaky", b.create_topology(),
+                             conf_for(redis_url, **{"topology.message.timeout.secs": 30}), timeout=25)
     assert status.state == "completed"
-    # Every id failed once (the planted bug), was replayed, and went through the second time.
-    assert sorted(map(int, r.lrange("t:seen:flaky", 0, -1))) == list(range(20))
-    assert status.components["nums"].failed == 20 and status.components["nums"].replayed == 20
-    assert status.components["nums"].acked == 20
-    err = status.errors[0]
-    assert err["component"] == "flaky" and err["task"] in (2, 3)
-    assert "ZeroDivisionError: planted bug" in err["error"] and "Traceback" in err["traceback"]
+    assert status.restarts == 0
+    seen = [int(x.split("@")[0]) for x in r.lrange("t:seen:flaky", 0, -1)]
+    assert sorted(seen) == list(range(20))  # each id once, on its replay
+    assert sorted(ids_of(r, "fail")) == list(range(20)) and sorted(ids_of(r, "ack")) == list(range(20))
+    nums = status.components["nums"]
+    assert (nums.failed, nums.replayed, nums.acked) == (20, 20, 20)
+    flaky_tasks = component_tasks(r)["flaky"]
+    assert len([c for c in contexts(r) if c["component"] == "flaky"]) == 2  # prepared once per task
+
+    assert status.errors, "no error reported in the run status"
+    for err in status.errors:
+        assert err["component"] == "flaky" and err["task"] in flaky_tasks, err
+        assert "ZeroDivisionError" in err["error"] and "planted bug" in err["error"]
+        assert "Traceback (most recent call last)" in err["traceback"] and "ZeroDivisionError" in err["traceback"]
     log = capfd.readouterr().err
-    assert "flaky task=" in log and "ZeroDivisionError: planted bug" in log and "Traceback (most recent" in log
+    for task in {e["task"] for e in status.errors}:
+        line = re.search(rf"^.*\bflaky\b.*(task\W*{task}\b|flaky\[{task}\]).*ZeroDivisionError: planted bug.*$",
+                         log, re.M)
+        assert line, f"no log line naming component 'flaky', task {task} and the error:\n{log[-3000:]}"
+        assert "Traceback (most recent call last)" in log[line.end():]
 
 
-def test_sigkilled_worker_is_restarted_and_its_tuples_replayed(redis_url):
-    r = redis.Redis.from_url(redis_url, decode_responses=True)
+def test_sigkilled_worker_is_restarted_and_its_tuples_replayed(redis_url, r, cluster_factory):
+    """SIGKILL the worker that does not host the spout: it is restarted (restarts == 1), the tuples
+    it held time out (T = 2 s) and are replayed, and every msg id ends acked."""
+    n = 2000
     b = TopologyBuilder()
-    b.set_spout("nums", NumberSpout(3000))
-    b.set_bolt("slow", Record(), 4).shuffle_grouping("nums")  # records before it acks
-    conf = {"test.redis.url": redis_url, "topology.message.timeout.secs": 1, "topology.max.spout.pending": 50}
-    with LocalCluster(workers=2) as cluster:
+    b.set_spout("nums", NumberSpout(n, events=True))
+    b.set_bolt("slow", Record(delay=0.0005), 4).shuffle_grouping("nums")
+    conf = conf_for(redis_url, **{"topology.message.timeout.secs": 2, "topology.max.spout.pending": 100})
+    with cluster_factory(2) as cluster:
         run = cluster.submit("killme", b.create_topology(), conf)
-        assert wait_for(lambda: run.status().components["slow"].executed > 200, 30)
-        spout_worker = run.plan.task_worker[run.plan.component_tasks["nums"][0]]
-        victim = 1 - spout_worker  # its in-flight tuples time out and the in-memory spout replays
-        os.kill(run.pids[victim], signal.SIGKILL)
+        assert wait_for(lambda: r.llen("t:seen:slow") > 200, 60)
+        spout_pid = pids(r)[component_tasks(r)["nums"][0]]
+        workers = run.pids
+        assert len(workers) == 2 and spout_pid in workers.values()
+        victim = next(i for i, p in workers.items() if p != spout_pid)
+        os.kill(workers[victim], signal.SIGKILL)
+        assert wait_for(lambda: run.status().restarts == 1, 20)
+        assert wait_for(lambda: run.pids.get(victim) not in (None, workers[victim]), 20)  # a new process
         status = run.wait(90)
     assert status.state == "completed"
     assert status.restarts == 1
-    assert status.components["nums"].acked == 3000
-    assert status.components["nums"].timed_out > 0  # what the dead worker held
-    got = {int(x.split("@")[0]) for x in r.lrange("t:seen:slow", 0, -1)}
-    assert got == set(range(3000))
+    acked, failed = ids_of(r, "ack"), ids_of(r, "fail")
+    assert sorted(acked) == list(range(n))  # every msg id acked, once
+    assert failed, "nothing timed out: the killed worker held no tuple?"
+    assert status.components["nums"].replayed == len(failed) and status.components["nums"].acked == n
+    seen = {int(x.split("@")[0]) for x in r.lrange("t:seen:slow", 0, -1)}
+    assert seen == set(range(n))
 
 
-def test_backpressure_two_workers_flooding_each_other(tmp_path, redis_url):
-    """Two workers whose bolts send to each other at full speed with tiny buffers: no deadlock,
-    nothing dropped (every tuple emitted is executed)."""
+def test_backpressure_two_workers_flooding_each_other(redis_url, r, cluster_factory):
+    """Bolt "a" on one worker and "b" on the other send each other 3 tuples per input, seeded by a
+    spout task on each worker, with tiny buffers: the run completes (no deadlock) and every tuple
+    emitted was executed (exact counts: nothing dropped)."""
+    per_task, fanout, hops = 100, 3, 3
     b = TopologyBuilder()
-    b.set_spout("nums", NumberSpout(400, tracked=False), 2)
-    b.set_bolt("a", PingPong(fanout=3), 2).shuffle_grouping("nums").shuffle_grouping("b")
-    b.set_bolt("b", PingPong(fanout=3), 2).shuffle_grouping("a")
-    conf = {"test.outdir": str(tmp_path), "test.redis.url": redis_url,
-            "topology.transfer.buffer.size": 2, "topology.transfer.batch.size": 16,
-            "topology.executor.receive.buffer.size": 4, "topology.acker.executors": 0}
-    with LocalCluster(workers=2) as cluster:
-        status = cluster.run("flood", b.create_topology(), conf, timeout=120)
+    b.set_spout("nums", NumberSpout(2 * per_task, tracked=False), 2)
+    b.set_bolt("a", PingPong(fanout, hops)).shuffle_grouping("nums").shuffle_grouping("b")
+    b.set_bolt("b", PingPong(fanout, hops)).shuffle_grouping("nums").shuffle_grouping("a")
+    conf = conf_for(redis_url, **{"topology.transfer.buffer.size": 2, "topology.transfer.batch.size": 16,
+                                  "topology.executor.receive.buffer.size": 4})
+    with cluster_factory(2) as cluster:
+        status = cluster.run("flood", b.create_topology(), conf, timeout=90)
     assert status.state == "completed"
-    executed = {p.name: int(p.read_text()) for p in Path(tmp_path).iterdir()}
-    a = sum(v for k, v in executed.items() if k.startswith("a-"))
-    bb = sum(v for k, v in executed.items() if k.startswith("b-"))
-    # 400 seeds, each: a(3 hops) -> 3 b(2) -> 9 a(1) -> 27 b(0): a gets 400 + 9*400, b 3*400 + 27*400.
-    assert a == 400 * (1 + 9) and bb == 400 * (3 + 27)
-    assert status.components["a"].executed == a and status.components["b"].executed == bb
+    tasks, pid = component_tasks(r), pids(r)
+    (a,), (bb,) = tasks["a"], tasks["b"]
+    # Layout precondition: a spout task on each worker, "a" and "b" on different workers.
+    assert len({pid[t] for t in tasks["nums"]}) == 2
+    assert pid[a] != pid[bb]
+    executed = {int(k): int(v) for k, v in r.hgetall("t:executed").items()}
+    emitted = {int(k): int(v) for k, v in r.hgetall("t:emitted").items()}
+    seeds = 2 * per_task * 2  # every spout tuple goes to both "a" and "b"
+    per_seed = sum(fanout ** h for h in range(hops + 1))  # 1 + 3 + 9 + 27 executions
+    assert executed[a] + executed[bb] == seeds + emitted[a] + emitted[bb]  # nothing dropped
+    assert executed[a] + executed[bb] == seeds * per_seed
+    assert status.components["a"].executed == executed[a] and status.components["b"].executed == executed[bb]
+    assert status.components["nums"].emitted == 2 * per_task

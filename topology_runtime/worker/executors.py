@@ -298,6 +298,8 @@ class BoltExecutor(BaseExecutor):
                     deliver(t, values, info, self.task, {root: edge})
                 return
             anchors = (anchors,)
+        elif type(anchors) is not list and type(anchors) is not tuple:
+            anchors = list(anchors)  # an iterator would be used up by the first target
         for t in targets:
             out: dict | None = None
             for a in anchors:
