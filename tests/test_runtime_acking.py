@@ -15,6 +15,7 @@ from topologies import (
     Agg,
     BasicFailer,
     BasicPass,
+    BasicSelfAck,
     EndlessSpout,
     Failer,
     FeedSpout,
@@ -285,6 +286,17 @@ def test_basic_bolt_auto_anchors_acks_and_fails_on_failed_exception(start, r):
     assert wait_for(lambda: r.llen("t:seen:hold") == 1, 5)
     assert r.lindex("t:seen:hold", 0).startswith("3@")
     assert r.lrange("t:seen:sink", 0, -1)[0].startswith("1@")
+
+
+def test_basic_bolt_explicit_ack_is_harmless(start, r):
+    """The runtime acks a BasicBolt's input; an explicit ack on top must not cancel the XOR."""
+    b = TopologyBuilder()
+    b.set_spout("s", FeedSpout())
+    b.set_bolt("basic", BasicSelfAck()).shuffle_grouping("s")
+    b.set_bolt("sink", Record()).shuffle_grouping("basic")
+    start(b.create_topology(), **T(30))
+    feed(r, "s", 4)
+    assert wait_for(lambda: outcomes(r) == ["ack:4"], 10), outcomes(r)
 
 
 def test_max_spout_pending_stops_calling_next_tuple(start, r):

@@ -341,6 +341,16 @@ class BasicPass(BasicBolt):
         self.emit([tup[0]])
 
 
+class BasicSelfAck(BasicBolt):
+    """A BasicBolt that also acks explicitly (as ported Storm code may): must not double-ack."""
+
+    outputs = ["n"]
+
+    def execute(self, tup):
+        self.emit([tup[0]])
+        self.ack(tup)
+
+
 class BasicDouble(_Reporting, BasicBolt):
     """Emits two tuples per input."""
 

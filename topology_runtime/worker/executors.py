@@ -88,6 +88,10 @@ class BaseExecutor:
         self.worker.record_error(self.component, self.task, f"{what}: {type(exc).__name__}: {exc}", tb)
 
 
+def _ignore_ack(tup: Tuple) -> None:
+    pass
+
+
 class Barrier:
     """The msg id of an exactly-once barrier tuple."""
 
@@ -119,7 +123,9 @@ class BoltExecutor(BaseExecutor):
         # Bind the collector methods on the instance: user calls skip a frame.
         instance.emit = self.emit
         instance.emit_direct = self.emit_direct
-        instance.ack = self.ack
+        # A BasicBolt's input is acked by the runtime after execute; an explicit ack on top would
+        # XOR the same edge twice and the tree would never complete, so it is a no-op there.
+        instance.ack = _ignore_ack if basic else self.ack
         instance.fail = self.fail
         instance.reset_timeout = self.reset_timeout
         self.machine: StatefulBoltMachine | None = None
