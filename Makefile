@@ -34,8 +34,9 @@ run: venv
 run-local: venv
 	$(VENV)/bin/python examples/wordcount.py
 
+# ARGS narrows a run while developing: make test ARGS='tests/test_x.py -k name'
 test: venv
-	$(VENV)/bin/python -m pytest
+	$(VENV)/bin/python -m pytest $(ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check .
