@@ -71,22 +71,48 @@ class ValueMap:
         raws = self.redis.hmget(self.key, [dumps(k, "key", k) for k in keys]) if keys else []
         return {k: self._decode(r) for k, r in zip(keys, raws)}
 
-    def multi_update(self, txid: int, updates: dict[Any, Callable[[Any], Any]], initial: Any = None) -> dict:
+    def multi_update(self, txid: int, updates: dict[Any, Callable[[Any], Any]], initial: Any = None,
+                     writer: str | None = None) -> dict:
+        """Apply one batch's updates. ``writer`` (opaque maps): a stable name of this updater (a
+        committer task). An opaque replay of ``txid`` may no longer contain a key that an earlier
+        attempt of it updated; such a key would keep the stale attempt's value, so the writer's
+        keys of its previous update of the same txid that this update lacks are reset to their
+        ``prev``. Sound when a key always goes to the same writer (fields grouping)."""
         fields = {k: dumps(k, "key", k) for k in updates}
+        wkey = f"{self.key}:writers"
+        track = self.opaque and writer is not None
         with self.redis.pipeline() as pipe:
             while True:
                 try:
-                    pipe.watch(self.key)
-                    raws = pipe.hmget(self.key, list(fields.values())) if fields else []
+                    pipe.watch(*([self.key, wkey] if track else [self.key]))
+                    stale: list[bytes] = []
+                    if track:
+                        rec = pipe.hget(wkey, writer)
+                        if rec is not None:
+                            rec_txid, rec_fields = loads(rec)
+                            if rec_txid == txid:
+                                now = set(fields.values())
+                                stale = [f for f in rec_fields if f not in now]
+                    names = list(fields.values()) + stale
+                    raws = pipe.hmget(self.key, names) if names else []
                     out = {}
                     for (k, fn), raw in zip(updates.items(), raws):
                         cur = self._decode(raw)
                         if cur is None:
                             cur = OpaqueValue(-1, initial, initial) if self.opaque else TransactionalValue(-1, initial)
                         out[k] = cur.update(txid, fn)
+                    reset = {}
+                    for f, raw in zip(stale, raws[len(fields):]):
+                        cur = self._decode(raw)
+                        if cur is not None and cur.curr_txid == txid:
+                            reset[f] = OpaqueValue(txid, cur.prev, cur.prev)  # as if this txid never touched it
                     pipe.multi()
-                    if out:
-                        pipe.hset(self.key, mapping={fields[k]: self._encode(k, v) for k, v in out.items()})
+                    mapping = {fields[k]: self._encode(k, v) for k, v in out.items()}
+                    mapping.update({f: self._encode(f, v) for f, v in reset.items()})
+                    if mapping:
+                        pipe.hset(self.key, mapping=mapping)
+                    if track:
+                        pipe.hset(wkey, writer, dumps([txid, list(fields.values())], "value", writer))
                     pipe.execute()
                     return out
                 except redis.WatchError:

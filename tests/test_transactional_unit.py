@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import random
 
-from topology_runtime.reliability.transactional import BATCH, COMMIT, TransactionalCoordinator
+import pytest
+
+from topology_runtime.reliability.transactional import (
+    BATCH,
+    COMMIT,
+    TransactionalCoordinator,
+    TransactionAttempt,
+    opaque_commit,
+    opaque_last_meta,
+)
 
 
 def batches(out):
@@ -64,3 +73,79 @@ def test_failed_commit_replays_from_that_txid():
     out = c.fail(first[1])  # the commit of 1 failed
     assert sorted(t for t, _ in batches(out)) == [1, 2] and commits(out) == []
     assert c.current_txid == 1
+
+
+# --- opaque partitioned spouts: per-attempt metadata, committed on commit ---------------------------
+
+def test_opaque_batch_continues_after_the_previous_batch_in_flight_else_the_committed_one():
+    committed = [4, 77, "m4"]  # [txid, attempt, meta]
+    # txid 5 while 4 is committed (current 5): from the committed metadata
+    assert opaque_last_meta(5, 5, committed, None) == ("m4", [4, 77])
+    # txid 6 while 5 is in flight: after attempt 9 of txid 5
+    assert opaque_last_meta(6, 5, committed, [9, "m5", [4, 77]]) == ("m5", [5, 9])
+    # txid 5 replayed after its attempt 9 failed: from the committed metadata again, not from 9
+    assert opaque_last_meta(5, 5, committed, [3, "old4", None]) == ("m4", [4, 77])
+    assert opaque_last_meta(1, 1, None, None) == (None, None)  # the very start
+
+
+def test_opaque_commit_moves_only_a_consistent_attempt_to_committed():
+    a = TransactionAttempt(6, 11)
+    committed = {0: [5, 9, "m5-0"], 1: [5, 9, "m5-1"]}
+    good = {0: [11, "m6-0", [5, 9]], 1: [11, "m6-1", [5, 9]]}
+    assert opaque_commit(a, good, committed, range(2)) == {0: [6, 11, "m6-0"], 1: [6, 11, "m6-1"]}
+    assert opaque_commit(a, {0: good[0]}, committed, range(2)) is None  # partition 1 not emitted
+    assert opaque_commit(a, {**good, 1: [12, "x", [5, 9]]}, committed, range(2)) is None  # another attempt
+    # started from a stale attempt (8) of txid 5, not the committed one (9): must replay
+    assert opaque_commit(a, {**good, 1: [11, "m6-1", [5, 8]]}, committed, range(2)) is None
+    assert opaque_commit(TransactionAttempt(1, 3), {0: [3, "m", None]}, {}, range(1)) == {0: [1, 3, "m"]}
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_opaque_bookkeeping_commits_every_entry_exactly_once_under_failures(seed):
+    """A model of the runtime (coordinator, emitter records, commit) with reads of random size,
+    unreadable partitions and random failures of batches and commits: the committed batches
+    cover each partition's entries exactly once, in order."""
+    rng = random.Random(seed)
+    n_entries, parts = 40, range(2)
+    c = TransactionalCoordinator(3, 1, rng=rng)
+    current, committed, ometa = 1, {}, {}
+    emitted, done = {}, {p: [] for p in parts}
+    inflight = []
+
+    def run(out):
+        for e in out:
+            if e[0] == BATCH:
+                a = e[1]
+                rows, rec = {}, {}
+                for p in parts:
+                    last, base = opaque_last_meta(a.txid, current, committed.get(p), ometa.get(a.txid - 1, {}).get(p))
+                    start = last or 0
+                    end = min(n_entries, start + rng.choice([0, 1, 3, 5]))  # 0: unreadable now
+                    rows[p], rec[p] = list(range(start, end)), [a.attempt_id, end, base]
+                ometa[a.txid] = rec
+                emitted[a] = rows
+            inflight.append(e)
+
+    run(c.sync())
+    for _ in range(5000):
+        if all(committed.get(p, [0, 0, 0])[2] == n_entries for p in parts) and not c.active:
+            break
+        if not inflight:
+            run(c.sync())
+            continue
+        e = inflight.pop(rng.randrange(len(inflight)))
+        a = e[1]
+        if rng.random() < 0.15:
+            run(c.fail(a))
+            continue
+        tx = c.active.get(a.txid)
+        if e[0] == COMMIT and tx is not None and tx.attempt == a:
+            new = opaque_commit(a, ometa.get(a.txid, {}), committed, parts)
+            assert new is not None  # in-order delivery never yields a stale base
+            committed.update(new)
+            current = a.txid + 1
+            ometa.pop(a.txid, None)
+            for p in parts:
+                done[p].extend(emitted[a][p])
+        run(c.ack(a))
+    assert {p: done[p] for p in parts} == {p: list(range(n_entries)) for p in parts}

@@ -37,3 +37,17 @@ def test_value_map_counts_exactly_under_replays(redis_url, opaque):
         assert m.get(["a"])["a"] == OpaqueValue(2, 6, 2)
     else:
         assert m.get(["a", "b"]) == {"a": TransactionalValue(2, 5), "b": TransactionalValue(1, 1)}
+
+
+def test_opaque_writer_resets_keys_an_earlier_attempt_of_the_txid_wrote(redis_url):
+    """An opaque replay of txid 2 without "b": the first attempt's count of "b" is undone, so
+    when b's entry is counted in a later batch it is counted once."""
+    m = ValueMap(redis.Redis.from_url(redis_url), "counts", opaque=True)
+    add = lambda n: lambda x: (x or 0) + n  # noqa: E731
+    m.multi_update(1, {"a": add(1), "b": add(1)}, writer="w0")
+    m.multi_update(2, {"a": add(1), "b": add(5)}, writer="w0")  # attempt 1 of txid 2, not committed
+    m.multi_update(2, {"a": add(2)}, writer="w0")  # the replay no longer holds b's entries
+    m.multi_update(2, {}, writer="w1")  # another writer's empty batch changes nothing of w0's
+    assert m.get(["a", "b"]) == {"a": OpaqueValue(2, 3, 1), "b": OpaqueValue(2, 1, 1)}
+    m.multi_update(3, {"b": add(5)}, writer="w0")
+    assert m.get(["b"])["b"] == OpaqueValue(3, 6, 1)

@@ -2,10 +2,12 @@
 
     TOPOLOGY_FAULT=<point>:<min txid>   points: prepare (during PREPARE, before this task's state
                                         is prepared), between (COMMIT arrived, after PREPARE),
-                                        commit (during COMMIT, after this task committed)
+                                        commit (during COMMIT, after this task committed);
+                                        transactional topologies: tx-commit (the coordinator got
+                                        a batch's commit ack, before recording the commit)
     TOPOLOGY_FAULT_ONCE=<file>          fire once per run: the file marks that it fired
 
-Checked once per checkpoint step (never per tuple); does nothing when unset.
+Checked once per checkpoint step or commit (never per tuple); does nothing when unset.
 """
 
 from __future__ import annotations

@@ -86,3 +86,47 @@ class TransactionalCoordinator:
             for t in [t for t in self.active if t >= attempt.txid]:
                 del self.active[t]  # this batch and every later one in flight replay
         return self.sync()
+
+
+# --- opaque partitioned spouts: per-partition metadata bookkeeping (no I/O) ---------------------
+# An opaque batch may differ on replay, so its metadata is recorded per attempt and becomes the
+# partition's committed metadata only when that attempt commits (Storm's
+# OpaquePartitionedTransactionalSpoutExecutor). Records, as stored (JSON lists):
+#   attempt entry   [attempt_id, meta, base]     the metadata one attempt of txid t ended at, and
+#                                                 ``base``: which record it started from
+#   committed entry [txid, attempt_id, meta]      the partition's last committed metadata
+# ``base`` is [txid, attempt_id] of the record the batch continued from (None: the start).
+
+
+def opaque_last_meta(txid: int, current_txid: int, committed: list | None,
+                     prev_attempt: list | None) -> tuple[Any, list | None]:
+    """Where batch ``txid`` of one partition starts: ``(last_meta, base)``.
+
+    ``current_txid`` is the first uncommitted txid, ``committed`` the partition's committed entry,
+    ``prev_attempt`` the latest attempt entry of ``txid - 1``. While txid - 1 is still in flight
+    (several batches are pipelined) the batch continues after it: txid - 1 commits first, or its
+    failure replays this batch too. Otherwise it continues after the last committed batch.
+    """
+    if txid - 1 >= current_txid and prev_attempt is not None:
+        return prev_attempt[1], [txid - 1, prev_attempt[0]]
+    if committed is None:
+        return None, None
+    return committed[2], [committed[0], committed[1]]
+
+
+def opaque_commit(attempt: TransactionAttempt, entries: dict[int, list], committed: dict[int, list],
+                  partitions: range | list[int]) -> dict[int, list] | None:
+    """The committed entries after ``attempt`` commits, or None if it must not: a partition has no
+    entry of this very attempt, or its batch started from something other than what is committed
+    now (it continued after a stale attempt of the previous txid, e.g. one delivered late around a
+    worker restart). A refused commit is failed and replayed from the committed metadata."""
+    out: dict[int, list] = {}
+    for p in partitions:
+        e = entries.get(p)
+        if e is None or int(e[0]) != attempt.attempt_id:
+            return None
+        c = committed.get(p)
+        if e[2] != ([c[0], c[1]] if c is not None else None):
+            return None
+        out[p] = [attempt.txid, attempt.attempt_id, e[1]]
+    return out

@@ -8,7 +8,9 @@ CoordinatedBolt wrappers whose per-batch counts travel on a direct coordination 
 from ..reliability.transactional import TransactionAttempt
 from .batch import BatchBolt, Committer
 from .builder import TransactionalTopologyBuilder
-from .spouts import MemoryTransactionalSpout, PartitionedTransactionalSpout
+from .redis_streams import RedisStreamsOpaqueTransactionalSpout, RedisStreamsTransactionalSpout
+from .spouts import MemoryTransactionalSpout, OpaquePartitionedTransactionalSpout, PartitionedTransactionalSpout
 
-__all__ = ["BatchBolt", "Committer", "MemoryTransactionalSpout", "PartitionedTransactionalSpout",
-           "TransactionAttempt", "TransactionalTopologyBuilder"]
+__all__ = ["BatchBolt", "Committer", "MemoryTransactionalSpout", "OpaquePartitionedTransactionalSpout",
+           "PartitionedTransactionalSpout", "RedisStreamsOpaqueTransactionalSpout",
+           "RedisStreamsTransactionalSpout", "TransactionAttempt", "TransactionalTopologyBuilder"]

@@ -26,4 +26,8 @@ class BatchBolt:
 
 
 class Committer:
-    """Mixin: this bolt's finish_batch runs in the commit phase, strictly in txid order."""
+    """Mixin: this bolt's finish_batch runs in the commit phase, strictly in txid order.
+
+    It runs on the task's own thread, off the worker's event loop, so a slow sink does not stall
+    the processing of later batches; its ``self.emit`` calls are sent once it returns (and return
+    ``[]``); an exception fails the batch, which the coordinator replays."""

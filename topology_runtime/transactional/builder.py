@@ -62,7 +62,8 @@ class TransactionalTopologyBuilder:
             for s in sources[bid]:
                 downstream.setdefault(s, []).append(bid)
         b.set_spout(coord, CoordinatorSpout(self.spout, self.topology_id), 1)
-        emitter = CoordinatedBolt(None, [], downstream.get(self.spout_id, []), False, emitter_of=self.spout)
+        emitter = CoordinatedBolt(None, [], downstream.get(self.spout_id, []), False, emitter_of=self.spout,
+                                  tx_id=self.topology_id)
         b.set_bolt(self.spout_id, emitter, self.spout_parallelism).all_grouping(coord, stream=BATCH_STREAM)
         for bid, (bolt, par, committer) in self._bolts.items():
             wrapper = CoordinatedBolt(bolt, sources[bid], downstream.get(bid, []), committer)

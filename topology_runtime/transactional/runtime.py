@@ -5,15 +5,27 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import time
 from typing import Any
 
 import redis
 
 from ..components import Bolt, Spout, Stream, Tuple
+from ..faults import maybe_crash
 from ..reliability.coordinated import CoordinatedTracker
-from ..reliability.transactional import BATCH, TransactionalCoordinator, TransactionAttempt
+from ..reliability.transactional import (
+    BATCH,
+    COMMITTING,
+    TransactionalCoordinator,
+    TransactionAttempt,
+    opaque_commit,
+    opaque_last_meta,
+)
 from .batch import Committer
+from .spouts import is_opaque
+
+log = logging.getLogger(__name__)
 
 COORD_STREAM = "$coord"
 BATCH_STREAM, COMMIT_STREAM = "batch", "commit"
@@ -33,6 +45,11 @@ def _key(tx_id: str, name: str) -> str:
     return f"topology:{{{tx_id}:ctl}}:tx:{name}"
 
 
+def _txid_of_key(key: str) -> int | None:
+    tail = key.rsplit(":", 1)[-1]
+    return int(tail) if tail.isdigit() else None
+
+
 def _redis(conf: dict) -> redis.Redis:
     url = (conf.get("topology.state.provider.config") or {}).get("url") or conf.get("redis.url")
     if not url:
@@ -44,6 +61,9 @@ class CoordinatorSpout(Spout):
     """One task. Batches and commits are tuples tracked by the acker (msg id = the attempt)."""
 
     outputs = {BATCH_STREAM: ["tx", "committed"], COMMIT_STREAM: ["tx"]}
+    # Commits are strictly serial, so their latency is the pipeline's period: a commit tuple
+    # goes ahead of queued batch data at the committer (one commit is in flight at a time).
+    priority_streams = (COMMIT_STREAM,)
 
     def __init__(self, spout: Any, tx_id: str | None) -> None:
         self.spout = spout
@@ -54,22 +74,82 @@ class CoordinatorSpout(Spout):
         self.redis = _redis(conf)
         cur = self.redis.get(_key(self.tx_id, "current"))
         self.spout.open(conf)
+        self.opaque = is_opaque(self.spout)
+        self.n_partitions = self.spout.num_partitions() if self.opaque else 0  # for opaque commits
+        self._cleanup_metas(int(cur) if cur else 1)
         self.machine = TransactionalCoordinator(
             max_active=int(conf.get("topology.max.spout.pending") or 1),
             current_txid=int(cur) if cur else 1,
             is_ready=self._ready,
         )
         self.done = False
-        self._checked = 0.0
+        self._checked = float("-inf")
         self._is_exhausted = False
 
+    def _cleanup_metas(self, current: int) -> None:
+        """Per-txid metadata a previous run left behind (a crash between writing and deleting)."""
+        old = []
+        for pattern in ("meta:*", "ometa:*"):
+            for k in self.redis.scan_iter(match=_key(self.tx_id, pattern), count=1000):
+                t = _txid_of_key(k)
+                if t is not None and t < current - 1:
+                    old.append(k)
+        if old:
+            self.redis.delete(*old)
+
+    def _latest_metas(self) -> dict:
+        """Per partition, where the newest batch ends: committed metadata (opaque) or the last
+        batch recorded (partitioned), then, for opaque spouts, the batches in flight."""
+        if not self.opaque:
+            return {int(k): json.loads(v) for k, v in self.redis.hgetall(_key(self.tx_id, "last-meta")).items()}
+        txids = sorted(self.machine.active)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(_key(self.tx_id, "committed-meta"))
+        for t in txids:
+            pipe.hgetall(_key(self.tx_id, f"ometa:{t}"))
+        committed, *inflight = pipe.execute()
+        metas = {int(p): json.loads(v)[2] for p, v in committed.items()}
+        for t, entries in zip(txids, inflight):
+            a = self.machine.active[t].attempt
+            for p, v in entries.items():
+                e = json.loads(v)
+                if int(e[0]) == a.attempt_id:  # only the current attempt: older ones are replayed
+                    metas[int(p)] = e[1]
+        return metas
+
     def _exhausted(self) -> bool:
+        # Cached between acks (not one read per sync), but re-read after every ack or fail: that
+        # is when batch metadata changed, so a bounded run does not start empty batches at its end.
         now = time.monotonic()
-        if now - self._checked >= 0.1:  # at most 10 reads a second, not one per sync
+        if now - self._checked >= 0.1:
             self._checked = now
-            metas = {int(k): json.loads(v) for k, v in self.redis.hgetall(_key(self.tx_id, "last-meta")).items()}
-            self._is_exhausted = self.spout.exhausted(metas)
+            self._is_exhausted = self.spout.exhausted(self._latest_metas())
         return self._is_exhausted
+
+    def _commit_opaque(self, a: TransactionAttempt) -> bool:
+        """Atomically: this attempt's metadata becomes each partition's committed metadata, and
+        the current txid moves on. Done here, in one MULTI with the txid, so a SIGKILL anywhere
+        leaves either both committed or neither (then the batch replays from the old metadata)."""
+        key_o, key_c = _key(self.tx_id, f"ometa:{a.txid}"), _key(self.tx_id, "committed-meta")
+        with self.redis.pipeline() as pipe:
+            while True:
+                try:
+                    pipe.watch(key_o, key_c)
+                    entries = {int(p): json.loads(v) for p, v in pipe.hgetall(key_o).items()}
+                    committed = {int(p): json.loads(v) for p, v in pipe.hgetall(key_c).items()}
+                    new = opaque_commit(a, entries, committed, range(self.n_partitions))
+                    if new is None:
+                        pipe.unwatch()
+                        return False
+                    pipe.multi()
+                    if new:
+                        pipe.hset(key_c, mapping={str(p): json.dumps(e) for p, e in new.items()})
+                    pipe.set(_key(self.tx_id, "current"), a.txid + 1)
+                    pipe.delete(key_o)
+                    pipe.execute()
+                    return True
+                except redis.WatchError:
+                    continue
 
     def _ready(self) -> bool:
         return not self.done and self.spout.is_ready() and not self._exhausted()
@@ -90,13 +170,25 @@ class CoordinatorSpout(Spout):
 
     def ack(self, msg_id):
         a = attempt_of(msg_id)
+        self._checked = float("-inf")
+        tx = self.machine.active.get(a.txid)
+        if tx is not None and tx.attempt == a and tx.status == COMMITTING:
+            maybe_crash("tx-commit", a.txid)  # committers wrote their state; nothing recorded yet
+            if self.opaque and not self._commit_opaque(a):
+                log.warning("batch %s continued after a stale attempt of the batch before: replaying it", a)
+                self._emit(self.machine.fail(a))
+                return
         before = self.machine.current_txid
         out = self.machine.ack(a)
-        if self.machine.current_txid != before:  # a commit completed: persist the position
-            self.redis.set(_key(self.tx_id, "current"), self.machine.current_txid)
+        if self.machine.current_txid != before and not self.opaque:  # a commit completed: persist
+            pipe = self.redis.pipeline()
+            pipe.set(_key(self.tx_id, "current"), self.machine.current_txid)
+            pipe.delete(_key(self.tx_id, f"meta:{a.txid}"))  # a committed batch never replays
+            pipe.execute()
         self._emit(out)
 
     def fail(self, msg_id):
+        self._checked = float("-inf")
         self._emit(self.machine.fail(attempt_of(msg_id)))
 
 
@@ -105,8 +197,9 @@ class CoordinatedBolt(Bolt):
     so it knows when an upstream's batch is complete (Storm's CoordinatedBolt)."""
 
     def __init__(self, delegate: Any, sources: list[str], downstream: list[str], id_stream: bool,
-                 emitter_of: Any = None) -> None:
+                 emitter_of: Any = None, tx_id: str | None = None) -> None:
         self.delegate = delegate  # a BatchBolt template (or None for the emitter)
+        self.tx_id = tx_id  # the emitter's: where the coordinator keeps txids and metadata
         self.sources = sources
         self.downstream = downstream
         self.id_stream = id_stream
@@ -126,8 +219,9 @@ class CoordinatedBolt(Bolt):
         self._user_emit = self.emit
         if self.emitter_of is not None:
             self.redis = _redis(conf)
-            self.tx_id = conf.get("topology.transactional.id") or context.topology_id
+            self.tx_id = self.tx_id or conf.get("topology.transactional.id") or context.topology_id
             self.emitter_of.open(conf)
+            self.opaque = is_opaque(self.emitter_of)
             n = self.emitter_of.num_partitions()
             self.partitions = [p for p in range(n) if p % context.parallelism == context.task_index]
 
@@ -163,7 +257,11 @@ class CoordinatedBolt(Bolt):
         elif self.id_stream and tup.stream == COMMIT_STREAM:
             self._apply(self.tracker.id_tuple(attempt, tup))
         elif self.emitter_of is not None:
-            self._emit_batch(attempt, tup)
+            try:
+                self._emit_batch(attempt, tup)
+            except Exception:
+                self._apply(self.tracker.regular_failed(attempt))  # forget this attempt; the batch fails
+                raise
             # Counts go out anchored to the batch tuple *before* it is acked (Storm's order), so
             # its tree completes only when every downstream task finished the batch.
             self._apply(self.tracker.regular_acked(attempt), anchor=tup)
@@ -174,13 +272,19 @@ class CoordinatedBolt(Bolt):
             except Exception:
                 self._apply(self.tracker.regular_failed(attempt))
                 raise
-            self._apply(self.tracker.regular_acked(attempt), anchor=tup)
-            self.ack(tup)
+            if not self._apply(self.tracker.regular_acked(attempt), anchor=tup):
+                self.ack(tup)
 
     def _emit_batch(self, attempt: TransactionAttempt, tup: Tuple) -> None:
         emit = self._counted_emit(attempt)
+        if self.opaque:
+            self._emit_opaque_batch(attempt, lambda row: emit([attempt, *row]))
+            return
         key_meta = _key(self.tx_id, f"meta:{attempt.txid}")
         committed = tup.values[1]
+        cur = self.redis.get(_key(self.tx_id, "current"))
+        if cur is not None and attempt.txid < int(cur):
+            return  # a late tuple of a committed batch: its metadata is gone, emitting anew would skip data
         for p in self.partitions:
             raw = self.redis.hget(key_meta, str(p))
             if raw is not None:  # a replay: exactly the same batch
@@ -196,9 +300,35 @@ class CoordinatedBolt(Bolt):
         if committed and committed > 1:
             self.redis.delete(_key(self.tx_id, f"meta:{committed - 1}"))  # cleanupBefore(committed)
 
-    def _apply(self, f, anchor: Tuple | None = None) -> None:
+    def _emit_opaque_batch(self, attempt: TransactionAttempt, emit_row) -> None:
+        """Each owned partition continues after the previous batch (opaque_last_meta); what this
+        attempt read is recorded per attempt, and the coordinator commits it with the txid."""
+        if not self.partitions:
+            return
+        t, ps = attempt.txid, [str(p) for p in self.partitions]
+        pipe = self.redis.pipeline(transaction=True)  # one consistent snapshot with the coordinator's commits
+        pipe.get(_key(self.tx_id, "current"))
+        pipe.hmget(_key(self.tx_id, "committed-meta"), ps)
+        pipe.hmget(_key(self.tx_id, f"ometa:{t - 1}"), ps)
+        cur, committed, prev = pipe.execute()
+        current = int(cur) if cur else 1
+        if t < current:
+            return  # a late tuple of a batch that committed already: nothing to emit or record
+        entries = {}
+        for p, c, pr in zip(self.partitions, committed, prev):
+            last, base = opaque_last_meta(t, current, json.loads(c) if c else None, json.loads(pr) if pr else None)
+            meta = self.emitter_of.emit_partition_batch(attempt, emit_row, p, last)
+            entries[str(p)] = json.dumps([attempt.attempt_id, meta, base])
+        self.redis.hset(_key(self.tx_id, f"ometa:{t}"), mapping=entries)
+
+    def _apply(self, f, anchor: Tuple | None = None) -> bool:
+        """Returns True when a committer's finish_batch went off the loop: ``anchor`` is then
+        acked (or failed) when it completes, not by the caller."""
         if f.finished:
             b = self.batches.pop(f.id, None)
+            if b is not None and self.id_stream:
+                self._finish_off_loop(b, f, anchor)
+                return True
             if b is not None:
                 try:
                     b.finish_batch()
@@ -207,19 +337,58 @@ class CoordinatedBolt(Bolt):
                     for t in f.ack + f2.fail:
                         self.fail(t)
                     raise
-            held = [t for t in f.ack if t is not anchor]
-            anchors = [t for t in ([anchor] if anchor is not None else []) + held]
-            for task, n in f.counts.items():  # read after finish_batch: its emits count
-                self.emit_direct(task, [wire(f.id), n], anchors=anchors or [], stream=COORD_STREAM)
-            self.tracker.done(f.id)
-            for t in held:
-                self.ack(t)
+            self._finished(f, anchor)
         else:
             for t in f.ack:
                 self.ack(t)
         for t in f.fail:
             self.batches.pop(f.id, None)
             self.fail(t)
+        return False
+
+    def _finished(self, f, anchor: Tuple | None) -> None:
+        held = [t for t in f.ack if t is not anchor]
+        anchors = [t for t in ([anchor] if anchor is not None else []) + held]
+        for task, n in f.counts.items():  # read after finish_batch: its emits count
+            self.emit_direct(task, [wire(f.id), n], anchors=anchors or [], stream=COORD_STREAM)
+        self.tracker.done(f.id)
+        for t in held:
+            self.ack(t)
+
+    def _finish_off_loop(self, b: Any, f, anchor: Tuple | None) -> None:
+        """A committer's finish_batch (the commit, often a slow sink) runs on this task's own
+        thread so the worker keeps processing later batches meanwhile. Commits reach this task one
+        at a time in txid order (the coordinator sends commit N+1 only once N's tree completed)
+        and the thread runs them in arrival order. Its emits are buffered and replayed, then the
+        counts sent and the held tuples acked, back on the loop thread (which owns routing and
+        acking), in the order the inline path uses."""
+        emits: list[tuple[list, str]] = []
+
+        def buffered_emit(values, anchors=None, stream="default"):
+            emits.append((list(values), stream))
+            return []  # the targets are known once the emit is replayed on the loop
+
+        b.emit = buffered_emit
+
+        def done(_result: Any, error: BaseException | None) -> None:
+            if error is None:
+                try:
+                    emit = self._counted_emit(f.id)
+                    for values, stream in emits:
+                        emit(values, stream=stream)
+                except Exception as e:  # noqa: BLE001 - a bad emit fails the batch, as inline
+                    error = e
+            if error is not None:  # fail what was held: the coordinator replays the batch
+                f2 = self.tracker.finish_failed(f.id)
+                self.tracker.done(f.id)
+                for t in f.ack + f2.fail + ([anchor] if anchor is not None else []):
+                    self.fail(t)
+                raise error  # reported by the executor, like an exception in execute
+            self._finished(f, anchor)
+            if anchor is not None:
+                self.ack(anchor)
+
+        self.run_off_loop(b.finish_batch, done)
 
 
 def is_committer(bolt: Any) -> bool:

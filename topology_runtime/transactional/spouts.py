@@ -1,4 +1,5 @@
-"""Transactional spout contracts and the in-memory one."""
+"""Transactional spout contracts (partitioned: identical replays; opaque: replays may differ)
+and the in-memory one."""
 
 from __future__ import annotations
 
@@ -37,6 +38,42 @@ class PartitionedTransactionalSpout:
 
 
 TransactionalSpout = PartitionedTransactionalSpout
+
+
+class OpaquePartitionedTransactionalSpout:
+    """A partitioned spout whose batches may differ on replay (Storm's
+    IOpaquePartitionedTransactionalSpout); pair it with ``OpaqueValue`` state.
+
+    ``emit_partition_batch(tx, emit, partition, last_meta) -> meta`` emits the partition's part of
+    batch ``tx`` starting right after ``last_meta`` (the metadata of the previous batch of this
+    partition: the last committed one, or the previous txid's still in flight; None at the start)
+    and returns where it ended. The runtime records the metadata per attempt and makes it the
+    partition's committed metadata only when that attempt commits. A partition that cannot be read
+    now should emit nothing and return ``last_meta``: the batch still succeeds and the data goes
+    into a later batch. Metadata must be JSON-serialisable. ``exhausted(metas)`` (metas: partition
+    -> last metadata) is True when nothing remains after them: a bounded spout's end.
+    """
+
+    fields: list[str] = []
+
+    def open(self, conf: dict) -> None:
+        pass
+
+    def num_partitions(self) -> int:
+        raise NotImplementedError
+
+    def is_ready(self) -> bool:
+        return True
+
+    def exhausted(self, metas: dict) -> bool:
+        return False
+
+    def emit_partition_batch(self, tx, emit: Callable[[list], None], partition: int, last_meta: Any) -> Any:
+        raise NotImplementedError
+
+
+def is_opaque(spout: Any) -> bool:
+    return isinstance(spout, OpaquePartitionedTransactionalSpout)
 
 
 class MemoryTransactionalSpout(PartitionedTransactionalSpout):
