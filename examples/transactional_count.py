@@ -26,6 +26,17 @@ from topology_runtime.transactional import (  # noqa: E402
     TransactionalTopologyBuilder,
 )
 
+_CLIENTS: dict[str, redis.Redis] = {}
+
+
+def _client(url: str) -> redis.Redis:
+    """One client (connection pool) per worker process for every batch: a batch bolt lives for
+    one batch, and a client per batch would open a new connection in every commit."""
+    c = _CLIENTS.get(url)
+    if c is None:
+        c = _CLIENTS[url] = redis.Redis.from_url(url)
+    return c
+
 
 class BatchCount(BatchBolt):
     """Counts the tuples of one batch (the seed's BatchCount)."""
@@ -49,7 +60,7 @@ class UpdateGlobalCount(BatchBolt, Committer):
 
     def prepare(self, conf, context, batch_id):
         self.id, self.sum = batch_id, 0
-        self.values = ValueMap(redis.Redis.from_url(conf["redis.url"]), conf.get("count.key", "global-count"))
+        self.values = ValueMap(_client(conf["redis.url"]), conf.get("count.key", "global-count"))
 
     def execute(self, tup):
         self.sum += tup["count"]
@@ -82,7 +93,7 @@ class UpdateWordCounts(BatchBolt, Committer):
 
     def prepare(self, conf, context, batch_id):
         self.id, self.counts = batch_id, {}
-        self.values = ValueMap(redis.Redis.from_url(conf["redis.url"]), conf.get("count.key", "word-counts"))
+        self.values = ValueMap(_client(conf["redis.url"]), conf.get("count.key", "word-counts"))
 
     def execute(self, tup):
         self.counts[tup["word"]] = self.counts.get(tup["word"], 0) + tup["count"]

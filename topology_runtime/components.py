@@ -207,7 +207,12 @@ class ReplayableSpout(Spout):
 
 
 class Bolt:
-    """Processes tuples. Ack or fail every input (or use BasicBolt)."""
+    """Processes tuples. Ack or fail every input (or use BasicBolt).
+
+    ``run_off_loop(fn, on_done)`` runs a blocking ``fn()`` (a slow sink) on the task's own
+    thread, one call at a time in submission order, so the worker's other tasks keep going;
+    ``on_done(result, error)`` runs back on the worker's loop, the only place to emit, ack, fail.
+    """
 
     outputs: list[str] | dict[str, Any] = []
 
@@ -225,6 +230,7 @@ class Bolt:
     ack = _unbound("ack")
     fail = _unbound("fail")
     reset_timeout = _unbound("reset_timeout")
+    run_off_loop = _unbound("run_off_loop")
 
 
 class StatefulBolt(Bolt):

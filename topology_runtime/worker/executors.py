@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 import traceback
+from collections.abc import Callable
 from random import getrandbits
 from typing import TYPE_CHECKING, Any
 
@@ -128,6 +129,7 @@ class BoltExecutor(BaseExecutor):
         instance.ack = _ignore_ack if basic else self.ack
         instance.fail = self.fail
         instance.reset_timeout = self.reset_timeout
+        instance.run_off_loop = self.run_off_loop
         self.machine: StatefulBoltMachine | None = None
         self._ack_batch: _AckBatch | None = None
 
@@ -338,6 +340,18 @@ class BoltExecutor(BaseExecutor):
         am = tup.anchors
         if am:
             self.worker.reset_buf.extend(am)
+
+    def run_off_loop(self, fn: Callable[[], Any], on_done: Callable[[Any, BaseException | None], None]) -> None:
+        """Run the blocking ``fn()`` on this task's own thread, one call at a time in submission
+        order; ``on_done(result, error)`` runs afterwards on the loop thread, where emit, ack and
+        fail may be called. What ``on_done`` raises is reported like an error in execute."""
+        def done(result: Any, error: BaseException | None) -> None:
+            try:
+                on_done(result, error)
+            except Exception as e:  # noqa: BLE001 - a user bug fails what on_done failed, the worker goes on
+                self.report_error(f"{getattr(fn, '__qualname__', 'call')}() off the loop", e)
+
+        self.worker.run_off_loop(self.task, fn, done)
 
     # --- execution ---------------------------------------------------------------------------
     def process(self, tup: Tuple) -> None:

@@ -26,6 +26,7 @@ from ..reliability.checkpointing import CHECKPOINT_SPOUT
 from ..transport import ControlClient, DataTransport, pack, unpack
 from .checkpoint import CheckpointSpout
 from .executors import AckerExecutor, BoltExecutor, SpoutExecutor
+from .offloop import Completions, OnDone, SerialRunner
 from .routing import build_routes
 
 log = logging.getLogger("topology.worker")
@@ -116,6 +117,16 @@ class Worker:
         self.local_bolts: dict[int, BoltExecutor] = {}
         self.local_spouts: dict[int, SpoutExecutor] = {}
         self.local_ackers: dict[int, AckerExecutor] = {}
+        self.completions = Completions()
+        # Streams whose tuples go to the front of the queue (a transactional commit): control
+        # tuples on a serial critical path that would otherwise wait behind a batch's data. Meant
+        # for streams with one tuple in flight per receiver (ahead of data, not of each other).
+        self.priority_sids = frozenset(
+            info.sid for info in plan.streams
+            if info.component in plan.topology.components
+            and info.stream in getattr(plan.spec(info.component).template, "priority_streams", ()))
+        self.off_loop_runners: dict[int, SerialRunner] = {}
+        self.off_loop_inflight = 0
 
         self.transport = DataTransport(
             spec.secret,
@@ -138,7 +149,10 @@ class Worker:
     def deliver(self, task: int, values: list, info, src: int, anchors: dict | None) -> None:
         ex = self.local_bolts.get(task)
         if ex is not None:
-            self.queue.append((ex, Tuple(values, info, src, anchors)))
+            if info.sid in self.priority_sids:
+                self.queue.appendleft((ex, Tuple(values, info, src, anchors)))
+            else:
+                self.queue.append((ex, Tuple(values, info, src, anchors)))
             return
         w = self.task_worker[task]
         ob = self.outbox.get(w)
@@ -146,8 +160,29 @@ class Worker:
             ob = self.outbox[w] = [[], [], [], [], [], []]
         data = ob[DATA]
         data.append((task, src, info.sid, values, anchors))
-        if len(data) >= self.batch_size:
-            self._send_peer(w)
+        if len(data) >= self.batch_size or info.sid in self.priority_sids:
+            self._send_peer(w)  # a priority tuple leaves now, not after this iteration's queue drain
+
+    def run_off_loop(self, task: int, fn, on_done: OnDone) -> None:
+        """Run ``fn()`` on ``task``'s own thread (its calls in submission order); ``on_done(result,
+        error)`` runs later on this loop's thread, where emits and acks are safe."""
+        runner = self.off_loop_runners.get(task)
+        if runner is None:
+            runner = self.off_loop_runners[task] = SerialRunner(f"off-loop-{task}", self.completions)
+            # The off-loop thread mostly waits on I/O, and after each wait it needs the GIL back
+            # from a busy loop: with the default 5 ms switch interval a commit of a few Redis
+            # round trips takes tens of ms longer. 1 ms bounds that; the loop thread rarely yields.
+            sys.setswitchinterval(min(sys.getswitchinterval(), 0.001))
+        self.off_loop_inflight += 1
+        runner.submit(fn, on_done)
+
+    def _run_completions(self) -> None:
+        done = self.completions.take()
+        for on_done, result, error in done:
+            self.off_loop_inflight -= 1
+            on_done(result, error)  # the executor's wrapper reports what it raises
+        if done:
+            self._flush()  # a commit's acks leave now, not after the next (possibly long) queue drain
 
     def record_error(self, component: str, task: int, text: str, tb: str) -> None:
         if len(self.errors) < int(self.conf["topology.max.error.report.per.interval"]):
@@ -386,12 +421,17 @@ class Worker:
         ctl = self.control.sock
         poller.register(pull, zmq.POLLIN)
         poller.register(ctl, zmq.POLLIN)
+        completions = self.completions
+        poller.register(completions.fd, zmq.POLLIN)
         spouts = list(self.local_spouts.values())
         transport = self.transport
         wait_ms = 0
         while not self.stop_requested:
             events = dict(poller.poll(wait_ms))
             busy = False
+            if completions or completions.fd in events:
+                self._run_completions()
+                busy = True
             if ctl in events:
                 self._handle_control()
             if pull in events:
@@ -449,6 +489,8 @@ class Worker:
             ex.process(tup)
             n += 1
             if not (n & 1023):
+                if self.completions:
+                    self._run_completions()
                 self._flush()  # keep acks and batches flowing on long runs
 
     def _handle_batch(self, payload: bytes) -> None:
@@ -459,12 +501,21 @@ class Worker:
             q = self.queue
             streams = self.streams
             bolts = self.local_bolts
+            priority = self.priority_sids
+            first = None
             for task, src, sid, values, anchors in data:
                 ex = bolts.get(task)
                 if ex is None:
                     self.misrouted += 1
                     continue
-                q.append((ex, Tuple(values, streams[sid], src, anchors)))
+                if sid in priority:
+                    if first is None:
+                        first = []
+                    first.append((ex, Tuple(values, streams[sid], src, anchors)))
+                else:
+                    q.append((ex, Tuple(values, streams[sid], src, anchors)))
+            if first:
+                q.extendleft(reversed(first))  # ahead of the queued data, in their own order
         if inits or acks or fails or resets:
             self._apply_acker_msgs(inits, acks.items() if isinstance(acks, dict) else acks, fails, resets)
         for spout_task, kind, root in outcomes:
@@ -552,7 +603,7 @@ class Worker:
                 cp = self.checkpoint_spout.machine if self.checkpoint_spout is not None else None
                 self.control.send({
                     "t": "probe_reply", "w": self.index, "inc": self.spec.incarnation, "seq": msg["seq"],
-                    "idle": not self.queue and not self.transport.backlogged(),
+                    "idle": not self.queue and not self.transport.backlogged() and not self.off_loop_inflight,
                     "finished": all(s.finished or s.deactivated for s in spouts if not s.system),
                     "cp_final_done": None if cp is None else cp.final_done,
                     "pending": sum(len(s.pending) for s in spouts),
@@ -607,6 +658,9 @@ class Worker:
                            "stats": self.stats_snapshot(), "errors": errors})
 
     def _shutdown(self) -> None:
+        for r in self.off_loop_runners.values():
+            r.stop(2.0)
+        self.completions.close()
         for s in self.local_spouts.values():
             try:
                 s.instance.close()
