@@ -1,5 +1,9 @@
 """The example topology DAG: load sentences into a Redis stream, run the reliable word count
-as a PySpark job (local[2] by default), report the top words from Redis."""
+as a PySpark job (local[2] by default), report the top words from Redis.
+
+Two DAGs of one shape: ``wordcount_topology`` runs spark-submit inside the task (the driver's
+lines stream into the task log); ``wordcount_topology_deferrable`` starts the driver detached and
+defers to the triggerer until the run ends, holding no worker slot while the topology runs."""
 
 from __future__ import annotations
 
@@ -7,57 +11,66 @@ import pendulum
 from airflow.sdk import DAG, Param, task
 from topology_airflow import SubmitTopologyOperator, TopologyRecoveryOperator
 
-with DAG(
-    dag_id="wordcount_topology",
-    schedule=None,
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
-    params={
-        "sentences": Param(20000, type="integer", minimum=1),
-        "workers": Param(2, type="integer", minimum=1),
-    },
-    tags=["topology"],
-) as dag:
 
-    @task
-    def load_sentences(params=None) -> str:
-        import redis
+def wordcount_dag(dag_id: str, deferrable: bool) -> DAG:
+    with DAG(
+        dag_id=dag_id,
+        schedule=None,
+        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+        catchup=False,
+        params={
+            "sentences": Param(20000, type="integer", minimum=1),
+            "workers": Param(2, type="integer", minimum=1),
+        },
+        tags=["topology"],
+    ) as dag:
 
-        from examples.wordcount import COUNTS, STREAM, load_sentences
-        from topology_runtime.redis_server import resolve_redis_url
+        @task
+        def load_sentences(params=None) -> str:
+            import redis
 
-        url, where = resolve_redis_url(None)
-        print(f"Redis: {where}")
-        client = redis.Redis.from_url(url, decode_responses=True)
-        client.delete(STREAM, COUNTS, f"{STREAM}:dead")
-        n = len(load_sentences(client, int(params["sentences"])))
-        print(f"loaded {n} sentences into {STREAM!r}")
-        return url
+            from examples.wordcount import COUNTS, STREAM, load_sentences
+            from topology_runtime.redis_server import resolve_redis_url
 
-    redis_url = load_sentences()
+            url, where = resolve_redis_url(None)
+            print(f"Redis: {where}")
+            client = redis.Redis.from_url(url, decode_responses=True)
+            client.delete(STREAM, COUNTS, f"{STREAM}:dead")
+            n = len(load_sentences(client, int(params["sentences"])))
+            print(f"loaded {n} sentences into {STREAM!r}")
+            return url
 
-    # Whatever a crashed earlier run left prepared is committed or rolled back before a new run.
-    recover = TopologyRecoveryOperator(task_id="recover_state", topology_id="wordcount", redis_url=redis_url)
+        redis_url = load_sentences()
 
-    wordcount = SubmitTopologyOperator(
-        task_id="wordcount",
-        topology="examples.wordcount:topology",
-        name="wordcount",
-        workers="{{ params.workers }}",
-        redis_url=redis_url,
-    )
+        # Whatever a crashed earlier run left prepared is committed or rolled back before a new run.
+        recover = TopologyRecoveryOperator(task_id="recover_state", topology_id="wordcount", redis_url=redis_url)
 
-    @task
-    def report(url: str) -> dict:
-        import redis
+        wordcount = SubmitTopologyOperator(
+            task_id="wordcount",
+            topology="examples.wordcount:topology",
+            name="wordcount",
+            workers="{{ params.workers }}",
+            redis_url=redis_url,
+            progress_interval=2,
+            deferrable=deferrable,
+        )
 
-        from examples.wordcount import COUNTS
+        @task
+        def report(url: str) -> dict:
+            import redis
 
-        counts = {k: int(v) for k, v in redis.Redis.from_url(url, decode_responses=True).hgetall(COUNTS).items()}
-        top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
-        print(f"{sum(counts.values())} words counted; top words:")
-        for word, n in top:
-            print(f"  {word:<10} {n}")
-        return dict(top)
+            from examples.wordcount import COUNTS
 
-    recover >> wordcount >> report(redis_url)
+            counts = {k: int(v) for k, v in redis.Redis.from_url(url, decode_responses=True).hgetall(COUNTS).items()}
+            top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
+            print(f"{sum(counts.values())} words counted; top words:")
+            for word, n in top:
+                print(f"  {word:<10} {n}")
+            return dict(top)
+
+        recover >> wordcount >> report(redis_url)
+    return dag
+
+
+wordcount_topology = wordcount_dag("wordcount_topology", deferrable=False)
+wordcount_topology_deferrable = wordcount_dag("wordcount_topology_deferrable", deferrable=True)

@@ -28,6 +28,8 @@ os.environ["AIRFLOW_CONFIG"] = str(ROOT / "airflow.cfg")
 os.environ.setdefault("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "local[2]"}')
 os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
 
+from airflow_live import airflow_db, airflow_live  # noqa: E402, F401  (session Airflow DB + live Airflow)
+
 from topology_runtime.redis_server import RedisServer  # noqa: E402
 
 

@@ -3,14 +3,13 @@ the operator's failure and kill paths. One Airflow database per test session."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 import redis
+from structlog.testing import capture_logs
 
 from examples.wordcount import COUNTS, sample_sentences, true_counts
 from topology_runtime.control_plane import ControlPlane
@@ -18,13 +17,6 @@ from topology_runtime.local_cluster import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="session")
-def airflow_db():
-    out = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
 
 
 def test_wordcount_dag_runs_topology_on_spark(airflow_db, redis_url, monkeypatch):
@@ -50,11 +42,18 @@ def test_operator_fails_when_topology_fails(airflow_db, redis_url):
 
     op = SubmitTopologyOperator(task_id="broken", topology="tests.spark_topologies:broken", name="af-broken",
                                 workers=1, redis_url=redis_url, progress_interval=1)
-    with pytest.raises(AirflowException, match="af-broken.*failed.*BrokenSpout|af-broken.*failed.*source"):
+    with capture_logs() as logs, pytest.raises(AirflowException,
+                                               match="af-broken.*failed.*BrokenSpout|af-broken.*failed.*source"):
         op.execute(context={})
     rec = ControlPlane(redis_url).get("af-broken")
     assert rec.state == "failed"
     assert "cannot reach the source" in rec.status["error"]
+    lines = [e["event"] % e["positional_args"] if e.get("positional_args") else e["event"] for e in logs]
+    text = "\n".join(lines)
+    assert "run 'af-broken' failed after" in text  # the driver's summary, streamed from spark-submit
+    # The task log ends with the failing component, its task and the traceback.
+    assert lines[-2].startswith("failed in component 'source' task "), lines[-5:]
+    assert "Traceback" in lines[-1] and "ConnectionError: cannot reach the source" in lines[-1], lines[-1]
 
 
 def test_operator_on_kill_stops_topology_and_task_fails(airflow_db, redis_url):
@@ -132,3 +131,128 @@ def test_recovery_dag_refuses_a_forced_commit_that_splits_txids(airflow_db, redi
     run = dag.test(run_conf={"topology_id": "split", "action": "commit", "dry_run": False})
     assert run.state == "failed"
     assert RedisKeyValueState(client, "split", 1).prepared_txid == 0  # nothing changed
+
+
+def _event_text(logs: list[dict]) -> list[str]:
+    return [e["event"] % e["positional_args"] if e.get("positional_args") else e["event"] for e in logs]
+
+
+def _run_trigger(trigger, timeout: float = 120):
+    """Drive a trigger's async run() to its first event, as the triggerer would."""
+    import asyncio
+
+    async def first():
+        async for event in trigger.run():
+            return event
+
+    return asyncio.run(asyncio.wait_for(first(), timeout))
+
+
+def test_deferrable_operator_failure_resumes_with_failing_component_and_traceback(airflow_db, redis_url):
+    """deferrable=True: the driver starts detached in its own session, the task defers, the
+    trigger (redis.asyncio) reports the failed run, and the resumed task logs the driver's
+    summary and ends with the failing component, task and traceback."""
+    import os
+
+    from airflow.sdk.exceptions import AirflowException, TaskDeferred
+    from topology_airflow import SubmitTopologyOperator, TopologyTrigger
+
+    op = SubmitTopologyOperator(task_id="broken", topology="tests.spark_topologies:broken", name="af-dbroken",
+                                workers=1, redis_url=redis_url, progress_interval=1, deferrable=True,
+                                poll_interval=0.5)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context={})
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, TopologyTrigger) and deferred.value.method_name == "execute_complete"
+    # Survives the task process: its own session, so not in the task's process group.
+    assert os.getsid(trigger.pid) == trigger.pid
+    classpath, kwargs = trigger.serialize()  # what the triggerer re-creates it from
+    assert classpath == "topology_airflow.triggers.TopologyTrigger"
+    event = _run_trigger(TopologyTrigger(**kwargs))
+    assert event.payload["state"] == "failed", event.payload
+    rec = ControlPlane(redis_url).get("af-dbroken")
+    assert rec.info["log"] == trigger.log_file  # the run registry points at the driver log
+    with capture_logs() as logs, pytest.raises(AirflowException, match="af-dbroken.*failed.*source"):
+        op.execute_complete(context={}, event=event.payload)
+    lines = _event_text(logs)
+    assert "run 'af-dbroken' failed after" in "\n".join(lines)
+    assert "topology 'af-dbroken' final state: failed" in lines
+    assert lines[-2].startswith("failed in component 'source' task "), lines[-5:]
+    assert "ConnectionError: cannot reach the source" in lines[-1]
+
+
+def test_deferrable_operator_reports_a_driver_that_never_registered(airflow_db, redis_url):
+    from airflow.sdk.exceptions import AirflowException, TaskDeferred
+    from topology_airflow import SubmitTopologyOperator
+
+    op = SubmitTopologyOperator(task_id="bad", topology="tests.spark_topologies:no_such_topology", name="af-bad",
+                                workers=1, redis_url=redis_url, deferrable=True, poll_interval=0.5)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context={})
+    t0 = time.monotonic()
+    event = _run_trigger(deferred.value.trigger)
+    assert event.payload["state"] == "not-started"
+    assert time.monotonic() - t0 < 60  # noticed from the driver's exit, not a start timeout
+    with pytest.raises(AirflowException, match="af-bad.*did not start(.|\n)*rejected"):
+        op.execute_complete(context={}, event=event.payload)
+
+
+def test_sensor_conditions_on_a_real_transactional_run(redis_url):
+    from airflow.sdk.exceptions import AirflowFailException
+    from topology_airflow import TopologySensor
+
+    from examples.transactional_count import DATA, global_count
+    from topology_runtime import LocalCluster
+
+    with pytest.raises(ValueError, match="unknown condition 'txid>=3'.*running, completed, failed, txid"):
+        TopologySensor(task_id="bad", name="x", condition="txid>=3")
+    with pytest.raises(ValueError, match="needs txid=N"):
+        TopologySensor(task_id="bad", name="x", condition="txid")
+
+    def sensor(condition: str, **kw) -> TopologySensor:
+        return TopologySensor(task_id=f"wait_{condition}", name="global-count", condition=condition,
+                              redis_url=redis_url, **kw)
+
+    assert sensor("running").mode == "reschedule"
+    assert not sensor("running").poke({})  # nothing registered yet: keep waiting
+    with LocalCluster(workers=2, redis_url=redis_url) as cluster:
+        run = cluster.submit("global-count", global_count(DATA), {"redis.url": redis_url,
+                                                                  "topology.max.spout.pending": 3})
+        assert wait_for(lambda: sensor("running").poke({}), 60, interval=0.2)
+        assert wait_for(lambda: sensor("txid", txid=2, txid_kind="transactional").poke({}), 60, interval=0.2)
+        assert run.wait(60).state == "completed"
+    assert sensor("completed").poke({})
+    assert sensor("running").poke({})  # it ran
+    with pytest.raises(AirflowFailException, match="ended completed; it will never be failed"):
+        sensor("failed").poke({})
+    with pytest.raises(AirflowFailException, match="before committing txid 1000"):
+        sensor("txid", txid=1000).poke({})
+
+
+def test_sensor_fails_fast_on_a_failed_run_and_reads_checkpoint_txids(redis_url):
+    from airflow.sdk.exceptions import AirflowFailException
+    from topology_airflow import TopologySensor
+
+    from state.checkpoint import PREPARING, CheckPointState, save_checkpoint
+    from tests.spark_topologies import broken
+    from topology_runtime import LocalCluster
+
+    with LocalCluster(workers=1, redis_url=redis_url) as cluster:
+        assert cluster.submit("sensor-broken", broken(), {}).wait(60).state == "failed"
+    for condition in ("running", "completed"):
+        with pytest.raises(AirflowFailException, match="ended failed.*cannot reach the source"):
+            TopologySensor(task_id="w", name="sensor-broken", condition=condition, redis_url=redis_url).poke({})
+    assert TopologySensor(task_id="w", name="sensor-broken", condition="failed", redis_url=redis_url).poke({})
+
+    # A live stateful run whose checkpoint is PREPARING(5): txid 4 is the last committed one.
+    # (registered through the real control plane; the redis_url fixture flushes it afterwards)
+    ControlPlane(redis_url).register("sensor-stateful", "local", 1)
+    save_checkpoint(redis.Redis.from_url(redis_url), "sensor-stateful", CheckPointState(5, PREPARING))
+
+    def poke(n: int, kind: str = "checkpoint") -> bool:
+        return TopologySensor(task_id="w", name="sensor-stateful", condition="txid", txid=n, txid_kind=kind,
+                              redis_url=redis_url).poke({})
+
+    assert poke(4) and poke(4, "any")
+    assert not poke(5)
+    assert not poke(1, "transactional")  # not a transactional topology: no coordinator txid

@@ -10,6 +10,8 @@ Cluster hash tag ``{ID:ctl}``; the registry of run names is ``topology:runs``.
     topology:{ID:ctl}:epoch        int    worker launches (Spark barrier stages) so far
     topology:{ID:ctl}:kill         string "kill" | "drain": a request to the live run
     topology:{ID:ctl}:status       string JSON RunStatus + workers (heartbeats), refreshed every few seconds
+    topology:{ID:ctl}:history      list   JSON samples {t, emitted, acked, failed, p50, p99}, one per publish,
+                                          trimmed to the last HISTORY_SAMPLES (the UI's throughput chart)
 """
 
 from __future__ import annotations
@@ -28,6 +30,10 @@ from .status import FINAL_STATES, ComponentStats, RunStatus
 REGISTRY = "topology:runs"
 LEASE_TTL_MS = int(os.environ.get("TOPOLOGY_LEASE_TTL_MS", 15000))  # how long a vanished driver blocks its id
 RECORD_TTL_SECS = 7 * 24 * 3600  # a finished run's records expire after a week
+# ~15 minutes of samples at the reporter's 2 s publish interval: enough for the UI's chart, bounded.
+HISTORY_SAMPLES = int(os.environ.get("TOPOLOGY_HISTORY_SAMPLES", 450))
+# Set by Airflow in a task's environment (inherited by spark-submit's driver): which DAG run started this run.
+_AIRFLOW_CTX = {"dag_id": "AIRFLOW_CTX_DAG_ID", "dag_run_id": "AIRFLOW_CTX_DAG_RUN_ID", "task_id": "AIRFLOW_CTX_TASK_ID"}
 
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -109,6 +115,17 @@ def status_from_dict(d: dict[str, Any]) -> RunStatus:
     )
 
 
+def history_sample(status: RunStatus, t: float) -> dict[str, Any]:
+    """One compact point of the throughput/latency series: totals over the user's components and
+    the worst spout's complete latency percentiles (ms; None before any tree completed)."""
+    comps = list(status.components.values())
+    p50 = [c.complete_latency_p50_ms for c in comps if c.complete_latency_p50_ms is not None]
+    p99 = [c.complete_latency_p99_ms for c in comps if c.complete_latency_p99_ms is not None]
+    return {"t": round(t, 3), "emitted": sum(c.emitted for c in comps), "acked": sum(c.acked for c in comps),
+            "failed": sum(c.failed for c in comps), "p50": max(p50) if p50 else None,
+            "p99": max(p99) if p99 else None}
+
+
 class ControlPlane:
     """Client of the control records; used by launchers (writers) and the CLI (readers)."""
 
@@ -134,10 +151,12 @@ class ControlPlane:
         record = {
             "launcher": launcher, "workers": workers, "host": socket.gethostname(), "pid": os.getpid(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "state": "starting", "token": token,
+            **{k: os.environ[v] for k, v in _AIRFLOW_CTX.items() if os.environ.get(v)},
             **{k: v for k, v in info.items() if v is not None},
         }
         pipe = r.pipeline()
-        pipe.delete(key(topology_id, "run"), key(topology_id, "kill"), key(topology_id, "status"))
+        pipe.delete(key(topology_id, "run"), key(topology_id, "kill"), key(topology_id, "status"),
+                    key(topology_id, "history"))  # a new run's counters start at 0: a fresh chart
         pipe.hset(key(topology_id, "run"), mapping={k: str(v) for k, v in record.items()})
         pipe.zadd(REGISTRY, {topology_id: time.time()})
         pipe.execute()
@@ -158,6 +177,9 @@ class ControlPlane:
         pipe.set(key(topology_id, "status"), json.dumps(d))
         fields = {"state": status.state, **{k: str(v) for k, v in info.items() if v is not None}}
         pipe.hset(key(topology_id, "run"), mapping=fields)
+        # The chart's time series rides in the same round trip, bounded by LTRIM.
+        pipe.rpush(key(topology_id, "history"), json.dumps(history_sample(status, d["updated"])))
+        pipe.ltrim(key(topology_id, "history"), -HISTORY_SAMPLES, -1)
         pipe.execute()
 
     def kill_request(self, topology_id: str) -> str | None:
@@ -166,7 +188,7 @@ class ControlPlane:
     def finish(self, topology_id: str, token: int, status: RunStatus, workers: dict | None = None) -> None:
         self.publish(topology_id, status, workers, ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         pipe = self.redis.pipeline()
-        for name in ("run", "status", "token", "epoch"):
+        for name in ("run", "status", "token", "epoch", "history"):
             pipe.expire(key(topology_id, name), RECORD_TTL_SECS)
         pipe.delete(key(topology_id, "kill"))
         pipe.execute()

@@ -5,5 +5,7 @@ Importable from the plugins folder (Airflow puts it on sys.path) and installed w
 
 from .hooks import TopologyHook
 from .operators import SubmitTopologyOperator, TopologyRecoveryOperator
+from .sensors import TopologySensor
+from .triggers import TopologyTrigger
 
-__all__ = ["SubmitTopologyOperator", "TopologyHook", "TopologyRecoveryOperator"]
+__all__ = ["SubmitTopologyOperator", "TopologyHook", "TopologyRecoveryOperator", "TopologySensor", "TopologyTrigger"]

@@ -1,16 +1,87 @@
 """TopologyHook: owns spark-submit (through the Spark provider's SparkSubmitHook) and the
-topology's Redis control plane. Operators stay thin."""
+topology's Redis control plane. Operators, the sensor and the trigger stay thin."""
 
 from __future__ import annotations
 
+import os
+import re
+import socket
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import BaseHook
 
 from state import RecoveryReport, recover
-from topology_runtime.control_plane import ControlPlane, RunRecord
+from state.checkpoint import COMMITTED, load_checkpoint
+from topology_runtime.control_plane import ControlPlane, RunRecord, key
 from topology_runtime.spark_cluster import DEFAULT_SPARK_CONF, DRIVER_SCRIPT, driver_args, spark_env
+
+# Where the transactional coordinator keeps the next txid to commit (topology_runtime/transactional/
+# runtime.py writes it; the last committed txid is one less).
+TX_CURRENT_KEY = "tx:current"
+# A log line of the driver or of Spark (timestamped); the reporter's summary lines are not.
+_LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d|\d\d/\d\d/\d\d \d\d:\d\d:\d\d)")
+
+
+@dataclass
+class DetachedRun:
+    """A driver started by :meth:`TopologyHook.start_detached`; what the trigger needs to follow it."""
+
+    name: str
+    log_file: str
+    pid: int
+    host: str
+    master: str
+    deploy_mode: str
+    submitted: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def default_driver_log_dir() -> str:
+    """``<[logging] base_log_folder>/topology``: beside Airflow's own logs, on the worker's disk."""
+    try:
+        from airflow.configuration import conf
+
+        base = conf.get("logging", "base_log_folder")
+    except Exception:  # noqa: BLE001 - outside a configured Airflow: fall back to the temp dir
+        import tempfile
+
+        base = tempfile.gettempdir()
+    return str(Path(base) / "topology")
+
+
+def driver_summary(log_text: str, name: str) -> list[str]:
+    """The reporter's end summary (``run 'NAME' STATE after ...``, the table, errors, traceback)
+    from a driver log: the last such block, up to the next timestamped log line."""
+    lines = log_text.splitlines()
+    head = f"run {name!r} "
+    start = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].startswith(head)), None)
+    if start is None:
+        return []
+    out = [lines[start]]
+    for line in lines[start + 1:]:
+        if _LOG_LINE.match(line):
+            break
+        out.append(line)
+    while out and not out[-1].strip():
+        out.pop()
+    return out
+
+
+def failure_lines(status: dict[str, Any] | None) -> list[str]:
+    """The failing component(s), task(s) and traceback(s) of a run, from its RunStatus ``errors``."""
+    lines: list[str] = []
+    for err in ((status or {}).get("errors") or [])[-3:]:
+        lines.append(f"failed in component {err.get('component')!r} task {err.get('task')}: {err.get('error')}")
+        if err.get("traceback"):
+            lines.append(str(err["traceback"]).rstrip())
+    return lines
 
 
 class TopologyHook(BaseHook):
@@ -55,6 +126,70 @@ class TopologyHook(BaseHook):
             env_vars=spark_env(),
         )
         self._spark.submit(application=str(DRIVER_SCRIPT))
+
+    def start_detached(self, topology: str, name: str, workers: int = 2, conf: dict[str, Any] | None = None,
+                       spark_conf: dict[str, str] | None = None, progress_interval: float = 5.0,
+                       log_dir: str | None = None) -> DetachedRun:
+        """Start the driver so that it outlives this process, its output going to a log file.
+
+        The master and deploy mode come from the Spark connection. For ``yarn`` and ``k8s://``
+        masters the driver runs in the cluster (``--deploy-mode cluster``, spark-submit returns
+        once it is accepted) unless the connection asks for client mode. ``local[...]`` and
+        ``spark://`` masters only offer client mode for Python applications: the driver runs here,
+        in its own process session (``start_new_session``) so that the task process ending (when
+        it defers) or its process group being signalled does not end it.
+
+        The log file's path is passed to the driver (``--log-file``), which records it in the run
+        registry (``topology:{ID:ctl}:run``, field ``log``): that is how the trigger knows the
+        record is this submission's. In cluster mode the file holds spark-submit's client output;
+        the driver's own lines are in the cluster's logs (YARN application / driver pod logs).
+        """
+        conf = dict(conf or {})
+        conf.setdefault("redis.url", self.redis_url)
+        spark_conf = {**DEFAULT_SPARK_CONF, **(spark_conf or {})}
+        probe = SparkSubmitHook(conn_id=self.conn_id)  # only to resolve the connection's master
+        master = probe._connection["master"]
+        requested = probe._connection.get("deploy_mode")
+        if master.startswith(("yarn", "k8s://")):
+            deploy_mode = requested or "cluster"
+        else:
+            if requested == "cluster":
+                self.log.warning("master %s offers no cluster deploy mode for Python: using client mode", master)
+            deploy_mode = "client"
+        if deploy_mode == "cluster":
+            # spark-submit returns once the cluster accepted the driver instead of waiting for it.
+            spark_conf.setdefault("spark.yarn.submit.waitAppCompletion", "false")
+            spark_conf.setdefault("spark.kubernetes.submission.waitAppCompletion", "false")
+        log_path = Path(log_dir or default_driver_log_dir()) / name / f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        args = driver_args(name, topology, None, workers, conf, self.redis_url, progress_interval, str(log_path))
+        # This machine's venv and paths mean nothing to a driver in the cluster: ship the
+        # environment with spark.archives there (docs/operations.md), not as driver env vars.
+        spark = SparkSubmitHook(conf=spark_conf, conn_id=self.conn_id, name=f"topology-{name}",
+                                application_args=args, deploy_mode=deploy_mode,
+                                env_vars=None if deploy_mode == "cluster" else spark_env())
+        # The provider builds the command from the connection (master, queue, namespace, Kerberos,
+        # env for YARN/K8s); it has no public "start and return" call, so build it and start it here.
+        cmd = spark._build_spark_submit_command(str(DRIVER_SCRIPT))
+        env = {**spark_env(), **(spark._env or {})}
+        with open(log_path, "ab") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                    cwd=os.getcwd(), start_new_session=True, close_fds=True)
+        self.log.info("driver of topology %r started (%s mode, master %s, pid %d); its log: %s",
+                      name, deploy_mode, master, proc.pid, log_path)
+        return DetachedRun(name=name, log_file=str(log_path), pid=proc.pid, host=socket.gethostname(),
+                           master=master, deploy_mode=deploy_mode, submitted=time.time())
+
+    def committed_txids(self, name: str, tx_id: str | None = None) -> dict[str, int | None]:
+        """The last committed txid of the topology's checkpoints (stateful bolts, exactly-once
+        mode) and of its transactional coordinator (``tx_id``: ``topology.transactional.id``,
+        default the run name); None where the topology has none."""
+        client = self.control.redis
+        cp = load_checkpoint(client, name) if client.exists(key(name, "checkpoint")) else None
+        # PREPARING(t) and COMMITTING(t) mean t-1 is the last txid committed everywhere.
+        checkpoint = None if cp is None else (cp.txid if cp.state == COMMITTED else cp.txid - 1)
+        cur = client.get(key(tx_id or name, TX_CURRENT_KEY))
+        return {"checkpoint": checkpoint, "transactional": int(cur) - 1 if cur is not None else None}
 
     def kill(self, name: str, drain: bool = False) -> bool:
         """Ask the live run to stop (through Redis); the driver then exits on its own."""

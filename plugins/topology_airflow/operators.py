@@ -1,32 +1,57 @@
-"""Operators: submit a topology as a long-running PySpark job."""
+"""Operators: submit a topology as a long-running PySpark job; recover a stopped topology's state."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
-from .hooks import TopologyHook
+from .hooks import TopologyHook, driver_summary, failure_lines
+from .links import TopologyLink
+from .triggers import TopologyTrigger
+
+
+def _default_deferrable() -> bool:
+    try:
+        from airflow.configuration import conf
+
+        return conf.getboolean("operators", "default_deferrable", fallback=False)
+    except Exception:  # noqa: BLE001 - outside a configured Airflow
+        return False
 
 
 class SubmitTopologyOperator(BaseOperator):
     """Run ``topology`` ("package.module:attribute") as a PySpark application named ``name``.
 
-    Streams the driver's lines (progress every few seconds, a summary at the end) into the task
-    log, fails the task unless the run completed, and on kill stops the topology so the task
-    never ends as a success.
+    Default (``deferrable=False``): spark-submit runs in the task and every driver line (progress
+    every ``progress_interval`` seconds, a summary at the end) goes into the task log; the task
+    fails unless the run completed, and on kill it stops the topology so the task never ends as a
+    success.
+
+    ``deferrable=True``: the driver is started detached (its own process session in client mode;
+    cluster deploy mode on YARN/Kubernetes), writing its log to a file under ``driver_log_dir``
+    (default ``<base_log_folder>/topology/NAME/``) that the run registry points at; the task then
+    defers to :class:`TopologyTrigger` and frees its worker slot. When the run ends the task
+    resumes, logs the driver's end summary and the final state, and fails unless it completed.
+    Airflow does not call ``on_kill`` for a deferred task: marking it failed or clearing it stops
+    the trigger, not the topology, which keeps running until ``topology kill NAME`` (see
+    docs/operations.md).
     """
 
     template_fields: Sequence[str] = ("topology", "name", "conf", "workers", "redis_url", "spark_conf")
     template_fields_renderers = {"conf": "json", "spark_conf": "json"}
     ui_color = "#e8f1fb"
+    operator_extra_links = (TopologyLink(),)  # the task's "Topology" button: its status page
 
     def __init__(self, *, topology: str, name: str, conf: dict[str, Any] | None = None, workers: int | str = 2,
                  spark_conf: dict[str, str] | None = None, conn_id: str = "spark_default",
-                 redis_url: str | None = None, progress_interval: float = 5.0, **kwargs: Any) -> None:
+                 redis_url: str | None = None, progress_interval: float = 5.0,
+                 deferrable: bool | None = None, poll_interval: float = 2.0, start_timeout: float = 600.0,
+                 driver_log_dir: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.topology = topology
         self.name = name
@@ -36,30 +61,80 @@ class SubmitTopologyOperator(BaseOperator):
         self.conn_id = conn_id
         self.redis_url = redis_url
         self.progress_interval = progress_interval
+        self.deferrable = _default_deferrable() if deferrable is None else deferrable
+        self.poll_interval = poll_interval
+        self.start_timeout = start_timeout
+        self.driver_log_dir = driver_log_dir
         self._hook: TopologyHook | None = None
         self._killed = False
 
     def execute(self, context: Any) -> dict:
         self._hook = TopologyHook(self.conn_id, self.redis_url)
+        if self.deferrable:
+            run = self._hook.start_detached(self.topology, self.name, int(self.workers), self.conf, self.spark_conf,
+                                            self.progress_interval, self.driver_log_dir)
+            self.defer(
+                trigger=TopologyTrigger(name=self.name, redis_url=self._hook.redis_url, log_file=run.log_file,
+                                        pid=run.pid, host=run.host, deploy_mode=run.deploy_mode,
+                                        poll_interval=self.poll_interval, start_timeout=self.start_timeout,
+                                        submitted=run.submitted),
+                method_name="execute_complete",
+            )
         error: Exception | None = None
         try:
             self._hook.submit(self.topology, self.name, int(self.workers), self.conf, self.spark_conf,
                               self.progress_interval)
         except AirflowException as e:
             error = e
-        rec = self._hook.get_run(self.name)
-        state = rec.state if rec else "unknown"
         if self._killed:
-            raise AirflowException(f"topology {self.name!r} was stopped because the task was killed (state {state})")
+            rec = self._hook.get_run(self.name)
+            raise AirflowException(f"topology {self.name!r} was stopped because the task was killed "
+                                   f"(state {rec.state if rec else 'unknown'})")
+        return self._outcome(str(error) if error else None)
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict:
+        """Resumed from the trigger: the driver's summary and the final state into the task log."""
+        self._hook = TopologyHook(self.conn_id, self.redis_url)
+        log_file = event.get("log_file") or ""
+        try:
+            text = Path(log_file).read_text(errors="replace")
+        except OSError:
+            text = None  # the driver ran on another machine (cluster mode, another worker)
+        rec = self._hook.get_run(self.name) if event.get("state") != "not-started" else None
+        summary = driver_summary(text, self.name) if text else []
+        if not summary and rec is not None and rec.status:
+            # No readable driver log: the same summary, rebuilt from the final status in Redis.
+            from topology_runtime.control_plane import status_from_dict
+            from topology_runtime.reporter import summary as summarize
+
+            summary = summarize(status_from_dict(rec.status)).splitlines()
+        self.log.info("driver log: %s", log_file)
+        for line in summary:
+            self.log.info("%s", line)
+        if event.get("state") == "not-started":
+            tail = "\n".join((text or "").splitlines()[-20:])
+            raise AirflowException(f"topology {self.name!r} did not start: {event.get('error')}"
+                                   + (f"\nlast driver lines:\n{tail}" if tail else ""))
+        return self._outcome(None, rec, event.get("state"))
+
+    def _outcome(self, error: str | None, rec: Any = None, state: str | None = None) -> dict:
+        """Log the final state (and, for a failure, the failing components, tasks and tracebacks
+        last, so that they end the task log) and fail the task unless the run completed."""
+        rec = rec if rec is not None else self._hook.get_run(self.name)
+        state = rec.state if rec else (state or "unknown")
+        status = (rec.status or {}) if rec else {}
+        self.log.info("topology %r final state: %s", self.name, state)
         if error is not None or state != "completed":
-            why = (rec.status or {}).get("error") if rec else None
+            why = status.get("error")
+            for line in failure_lines(status):
+                self.log.error("%s", line)
             raise AirflowException(f"topology {self.name!r} ended {state}" + (f": {why}" if why else "")
                                    + (f" ({error})" if error and not why else ""))
-        self.log.info("topology %r completed", self.name)
-        return (rec.status or {}) if rec else {}
+        return status
 
     def on_kill(self) -> None:
         # Called from a SIGTERM handler; execute may still return normally, hence the flag.
+        # Never called while the task is deferred (no process runs it then).
         self._killed = True
         hook = self._hook or TopologyHook(self.conn_id, self.redis_url)
         if hook.kill(self.name):

@@ -1,0 +1,467 @@
+"""The topology status app mounted in Airflow's API server (``/topologies``): read-only pages and
+JSON over the control plane in Redis.
+
+Every route requires an Airflow login (the UI's ``_token`` cookie or a ``Bearer`` token from
+``POST /auth/token``), checked by Airflow's own ``requires_access_view`` dependency; a browser
+without a session is sent to the login page, any other client gets 401/403. Nothing here writes
+to Redis or starts a server: the app only reads what runs published.
+
+    GET /topologies/                        list page (``?dag_id=&run_id=`` filters to one DAG run)
+    GET /topologies/topology/{name}         one topology: components, chart, checkpoints, workers, errors
+    GET /topologies/api/topologies          the list as JSON (same filters)
+    GET /topologies/api/topologies/{name}   one topology as JSON
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import time
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import redis
+from airflow.api_fastapi.app import get_auth_manager
+from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
+from airflow.api_fastapi.core_api.security import requires_access_view
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from state.layout import ctl_key
+from topology_runtime.control_plane import REGISTRY, ControlPlane, RunRecord, key
+
+URL_PREFIX = "/topologies"
+MAX_ERRORS = 20  # the page shows the most recent errors; the run keeps its own bounded list
+TX_CURRENT = "tx:current"  # the transactional coordinator's next txid (transactional/runtime.py)
+REFRESH_SECS = 10
+
+
+# --- reading Redis ------------------------------------------------------------------------------
+def redis_url() -> str:
+    """Where the runs publish: ``TOPOLOGY_REDIS_URL``, else the project-local Redis. Looked up
+    per request (cheap) and never started from here: the status app must not change anything."""
+    env = os.environ.get("TOPOLOGY_REDIS_URL")
+    if env:
+        return env
+    from topology_runtime.redis_server import project_redis_url
+
+    return project_redis_url(start=False)
+
+
+_planes: dict[str, ControlPlane] = {}
+
+
+def _control() -> ControlPlane:
+    url = redis_url()
+    if url not in _planes:  # one connection pool per Redis, shared by the request threads
+        _planes[url] = ControlPlane(url)
+    return _planes[url]
+
+
+def _where(url: str) -> str:
+    """The Redis address for messages, without credentials."""
+    parts = urlsplit(url)
+    return f"{parts.hostname}:{parts.port or 6379}{parts.path or ''}"
+
+
+def _totals(components: dict[str, dict]) -> dict[str, int]:
+    return {k: sum(int(c.get(k) or 0) for c in components.values())
+            for k in ("emitted", "acked", "failed", "replayed", "executed")}
+
+
+def _workers(status: dict[str, Any], now: float) -> list[dict[str, Any]]:
+    """Last heartbeat per worker slot as wall-clock time: the supervisor publishes each slot's
+    heartbeat age together with the publish time (``updated``)."""
+    updated = status.get("updated")
+    out = []
+    workers = status.get("workers") or {}
+    for wid in sorted(workers, key=lambda w: (not str(w).isdigit(), int(w) if str(w).isdigit() else 0, str(w))):
+        w = workers[wid] or {}
+        age = w.get("heartbeat_age_secs")
+        last_seen = round(float(updated) - float(age), 3) if updated is not None and age is not None else None
+        out.append({
+            "worker": str(wid), "host": w.get("host"), "pid": w.get("pid"), "incarnation": w.get("incarnation"),
+            "address": w.get("address"), "ready": w.get("ready"), "pending": w.get("pending"),
+            "queue": w.get("queue"), "backlog": w.get("backlog"),
+            "last_seen": last_seen,
+            "seconds_since_seen": round(now - last_seen, 1) if last_seen is not None else None,
+        })
+    return out
+
+
+def throughput_series(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rates between consecutive samples (tuples/s) with the latency percentiles of each sample."""
+    out = []
+    for prev, cur in zip(history, history[1:]):
+        dt = float(cur.get("t", 0)) - float(prev.get("t", 0))
+        if dt <= 0:
+            continue
+        rates = {k: (int(cur.get(k) or 0) - int(prev.get(k) or 0)) / dt for k in ("emitted", "acked", "failed")}
+        if any(v < 0 for v in rates.values()):
+            continue  # counters started over (a new run of the same id)
+        out.append({"t": cur["t"], **{f"{k}_per_sec": round(v, 2) for k, v in rates.items()},
+                    "complete_latency_p50_ms": cur.get("p50"), "complete_latency_p99_ms": cur.get("p99")})
+    return out
+
+
+def _summary(rec: RunRecord, now: float) -> dict[str, Any]:
+    status = rec.status or {}
+    comps = status.get("components") or {}
+    return {
+        "name": rec.name, "state": rec.state, "live": rec.live,
+        "launcher": rec.info.get("launcher"), "workers": rec.info.get("workers"),
+        "started": rec.info.get("started"), "ended": rec.info.get("ended"),
+        "dag_id": rec.info.get("dag_id"), "dag_run_id": rec.info.get("dag_run_id"),
+        "uptime_secs": status.get("uptime_secs"), "restarts": status.get("restarts"),
+        "error": status.get("error"), "updated": status.get("updated"),
+        "components": len(comps), "totals": _totals(comps),
+    }
+
+
+def list_topologies(control: ControlPlane, dag_id: str | None = None,
+                    run_id: str | None = None) -> list[dict[str, Any]]:
+    now = time.time()
+    out = []
+    for name in control.redis.zrevrange(REGISTRY, 0, -1):
+        rec = control.get(name)  # read only: unlike ControlPlane.list, never prunes the registry
+        if rec is None:
+            continue
+        if dag_id and rec.info.get("dag_id") != dag_id:
+            continue
+        if run_id and rec.info.get("dag_run_id") != run_id:
+            continue
+        out.append(_summary(rec, now))
+    return out
+
+
+def topology_detail(control: ControlPlane, name: str) -> dict[str, Any] | None:
+    rec = control.get(name)
+    if rec is None:
+        return None
+    now = time.time()
+    pipe = control.redis.pipeline(transaction=False)
+    pipe.lrange(key(name, "history"), 0, -1)
+    pipe.hgetall(ctl_key(name, "checkpoint"))
+    pipe.get(key(name, TX_CURRENT))
+    raw_history, checkpoint, tx_current = pipe.execute()
+    history = [json.loads(s) for s in raw_history]
+    status = rec.status or {}
+    cp = None
+    if checkpoint:
+        txid, phase = int(checkpoint.get("txid", -1)), checkpoint.get("state", "?")
+        # PREPARING(t) / COMMITTING(t): t-1 is the last txid committed by every task.
+        cp = {"txid": txid, "phase": phase, "last_committed": txid if phase == "COMMITTED" else txid - 1}
+    tx = None
+    if tx_current is not None:
+        tx = {"current_txid": int(tx_current), "last_committed": int(tx_current) - 1}
+    errors = list(status.get("errors") or [])[-MAX_ERRORS:]
+    errors.reverse()  # most recent first
+    return {
+        **_summary(rec, now),
+        "info": rec.info,
+        "components": status.get("components") or {},
+        "system_components": status.get("system_components") or {},
+        "checkpoint": cp, "transactional": tx,
+        "errors": errors,
+        "worker_heartbeats": _workers(status, now),
+        "history": history,
+        "series": throughput_series(history),
+    }
+
+
+# --- HTML ---------------------------------------------------------------------------------------
+def esc(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def _num(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:,.2f}".rstrip("0").rstrip(".")
+    return f"{value:,}" if isinstance(value, int) else esc(value)
+
+
+def _ago(ts: Any, now: float, short: bool = False) -> str:
+    if ts is None:
+        return "–"
+    secs = max(0.0, now - float(ts))
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(ts)))
+    if secs >= 3600:
+        return when
+    return f'<span title="{when}">{secs:,.0f}s ago</span>' if short else f"{when} ({secs:,.0f}s ago)"
+
+
+def _when(stamp: str | None) -> str:
+    """``2026-11-22T22:10:40+0000`` -> ``2026-11-22 22:10:40`` (the record's own local time)."""
+    return (stamp or "")[:19].replace("T", " ")
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:16px;color:#1a202c;font-size:14px}
+h1{font-size:20px;margin:0 0 8px} h2{font-size:16px;margin:20px 0 6px}
+table{border-collapse:collapse;margin:4px 0 8px} th,td{border-bottom:1px solid #e2e8f0;padding:4px 8px;text-align:left;white-space:nowrap}
+th{background:#f7fafc;font-weight:600} td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
+.state{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;font-weight:600;background:#e2e8f0}
+.state-running{background:#c6f6d5}.state-completed{background:#bee3f8}.state-failed,.state-lost{background:#fed7d7}
+.state-killed{background:#feebc8}.muted{color:#718096}.err{color:#c53030}
+pre{background:#f7fafc;border:1px solid #e2e8f0;padding:8px;overflow:auto;max-height:320px;font-size:12px}
+dl{display:grid;grid-template-columns:max-content auto;gap:2px 14px;margin:4px 0} dt{color:#4a5568} dd{margin:0}
+.charts{display:flex;flex-wrap:wrap;gap:16px} a{color:#2b6cb0}
+"""
+
+
+def _page(title: str, body: str, refresh: bool) -> str:
+    meta = f'<meta http-equiv="refresh" content="{REFRESH_SECS}">' if refresh else ""
+    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">{meta}'
+            f"<title>{esc(title)}</title><style>{_CSS}</style></head><body>{body}</body></html>")
+
+
+def _state(state: str) -> str:
+    return f'<span class="state state-{esc(state)}" data-testid="state">{esc(state)}</span>'
+
+
+def svg_chart(title: str, points: list[dict[str, Any]], lines: list[tuple[str, str, str]], unit: str,
+              width: int = 560, height: int = 170) -> str:
+    """A small line chart as inline SVG (no scripts, no external assets): ``lines`` are
+    (field, label, colour); samples where a field is None break that line."""
+    pts = [p for p in points if any(p.get(f) is not None for f, _, _ in lines)]
+    if not pts:
+        return (f'<figure><figcaption>{esc(title)}</figcaption>'
+                f'<p class="muted">no samples yet</p></figure>')
+    left, right, top, bottom = 56, 12, 10, 34
+    t0, t1 = float(pts[0]["t"]), float(pts[-1]["t"])
+    span = max(t1 - t0, 1e-6)
+    ymax = max((float(p[f]) for p in pts for f, _, _ in lines if p.get(f) is not None), default=0.0) or 1.0
+    ymax *= 1.1
+    w, h = width - left - right, height - top - bottom
+
+    def xy(p: dict, f: str) -> str:
+        x = left + (float(p["t"]) - t0) / span * w if len(pts) > 1 else left + w  # one point: at "now"
+        return f"{x:.1f},{top + h - float(p[f]) / ymax * h:.1f}"
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+             f'aria-label="{esc(title)}" style="background:#fff;border:1px solid #e2e8f0">']
+    for frac in (0.0, 0.5, 1.0):  # horizontal grid with y labels
+        y = top + h - frac * h
+        parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + w}" y2="{y:.1f}" stroke="#edf2f7"/>')
+        parts.append(f'<text x="{left - 4}" y="{y + 4:.1f}" font-size="10" text-anchor="end" fill="#4a5568">'
+                     f"{esc(_num(round(frac * ymax, 2)))}</text>")
+    if len(pts) > 1:
+        parts.append(f'<text x="{left}" y="{height - 18}" font-size="10" fill="#4a5568">-{esc(_span(span))}</text>')
+    parts.append(f'<text x="{left + w}" y="{height - 18}" font-size="10" text-anchor="end" fill="#4a5568">'
+                 f'{esc(time.strftime("%H:%M:%S", time.localtime(t1)))}</text>')
+    for f, _, colour in lines:
+        segment: list[str] = []
+        for p in pts + [{}]:  # the sentinel flushes the last segment
+            if p.get(f) is not None:
+                segment.append(xy(p, f))
+                cx, cy = segment[-1].split(",")  # dots: short runs have few samples
+                parts.append(f'<circle cx="{cx}" cy="{cy}" r="2" fill="{esc(colour)}"/>')
+                continue
+            if len(segment) > 1:
+                parts.append(f'<polyline fill="none" stroke="{esc(colour)}" stroke-width="1.6" '
+                             f'points="{" ".join(segment)}"/>')
+            segment = []
+    x = left
+    for _, label, colour in lines:  # legend
+        parts.append(f'<rect x="{x}" y="{height - 11}" width="10" height="3" fill="{esc(colour)}"/>')
+        parts.append(f'<text x="{x + 14}" y="{height - 6}" font-size="10" fill="#2d3748">{esc(label)}</text>')
+        x += 26 + 6 * len(label)
+    parts.append("</svg>")
+    return f'<figure><figcaption>{esc(title)} ({esc(unit)})</figcaption>{"".join(parts)}</figure>'
+
+
+def _span(secs: float) -> str:
+    if secs >= 90:
+        return f"{secs / 60:.1f} min"
+    return f"{secs:.0f} s" if secs >= 10 else f"{secs:.1f} s"
+
+
+def _component_rows(comps: dict[str, dict], kind: str) -> str:
+    rows = []
+    for name, c in comps.items():
+        cid = esc(f"{kind}:{name}")
+        cells = "".join(
+            f'<td class="n" data-testid="{esc(k)}" data-component="{cid}">{_num(c.get(k))}</td>'
+            for k in ("tasks", "emitted", "acked", "failed", "replayed", "executed"))
+        lat = (f"{_num(c.get('complete_latency_p50_ms'))} / {_num(c.get('complete_latency_p99_ms'))}"
+               if c.get("complete_latency_p50_ms") is not None else "–")
+        rows.append(f'<tr data-component="{cid}"><td>{esc(name)}</td>{cells}<td class="n">{lat}</td>'
+                    f'<td class="n">{_num(c.get("execute_latency_ms"))}</td></tr>')
+    head = ('<tr><th>component</th><th class="n">tasks</th><th class="n">emitted</th><th class="n">acked</th>'
+            '<th class="n">failed</th><th class="n">replayed</th><th class="n">executed</th>'
+            '<th class="n">complete latency p50 / p99 ms</th><th class="n">execute latency ms</th></tr>')
+    return f'<table data-testid="{esc(kind)}-components">{head}{"".join(rows)}</table>'
+
+
+def render_list(base: str, items: list[dict[str, Any]], dag_id: str | None, run_id: str | None,
+                refresh: bool) -> str:
+    now = time.time()
+    rows = []
+    for t in items:
+        href = f"{base}/topology/{quote(t['name'], safe='')}"
+        tot = t["totals"]
+        rows.append(
+            f'<tr data-topology="{esc(t["name"])}"><td><a href="{esc(href)}">{esc(t["name"])}</a></td>'
+            f'<td>{_state(t["state"])}</td><td>{"yes" if t["live"] else "no"}</td><td>{esc(t["launcher"])}</td>'
+            f'<td class="n">{esc(t["workers"])}</td><td class="n">{_num(t["components"])}</td>'
+            f'<td class="n" data-testid="emitted">{_num(tot["emitted"])}</td>'
+            f'<td class="n" data-testid="acked">{_num(tot["acked"])}</td>'
+            f'<td class="n" data-testid="failed">{_num(tot["failed"])}</td>'
+            f'<td>{esc(_when(t["started"]))}</td><td class="n">{_num(t["uptime_secs"])}</td>'
+            f'<td>{esc(t["dag_id"] or "")}{(" / " + esc(t["dag_run_id"])) if t["dag_run_id"] else ""}</td>'
+            f'<td>{_ago(t["updated"], now, short=True)}</td></tr>')
+    head = ('<tr><th>topology</th><th>state</th><th>live</th><th>launcher</th><th class="n">workers</th>'
+            '<th class="n">components</th><th class="n">emitted</th><th class="n">acked</th><th class="n">failed</th>'
+            '<th>started</th><th class="n">uptime s</th><th>DAG / run</th><th>updated</th></tr>')
+    scope = ""
+    if dag_id or run_id:
+        scope = (f'<p>Started by DAG <b>{esc(dag_id or "any")}</b>, run <b>{esc(run_id or "any")}</b> '
+                 f'(<a href="{esc(base)}/">all topologies</a>)</p>')
+    none = "That DAG run started no topology." if dag_id or run_id else "No topology runs recorded in Redis."
+    table = (f'<table data-testid="topologies">{head}{"".join(rows)}</table>' if rows
+             else f'<p class="muted" data-testid="empty">{none}</p>')
+    return _page("Topologies", f"<h1>Topologies</h1>{scope}{table}"
+                 '<p class="muted">Counts are summed over each topology\'s own components. '
+                 f'Read-only view of the control plane in Redis ({esc(_where(redis_url()))}).</p>',
+                 refresh)
+
+
+def render_topology(base: str, d: dict[str, Any], refresh: bool) -> str:
+    now = time.time()
+    info = d["info"]
+    facts = [("launcher", info.get("launcher")), ("workers", info.get("workers")),
+             ("driver", f"{info.get('host', '?')} pid {info.get('pid', '?')}"), ("started", _when(info.get("started"))),
+             ("ended", _when(info.get("ended")) or "–"), ("uptime", f"{_num(d['uptime_secs'])} s"),
+             ("restarts", d["restarts"]), ("status updated", _ago(d["updated"], now))]
+    if info.get("dag_id"):
+        facts.append(("started by", f"DAG {info['dag_id']} run {info.get('dag_run_id', '?')} "
+                                    f"task {info.get('task_id', '?')}"))
+    if info.get("master"):
+        facts.append(("Spark master", info["master"]))
+    dl = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v) if k != 'status updated' else v}</dd>" for k, v in facts)
+    error = f'<p class="err" data-testid="run-error">Error: {esc(d["error"])}</p>' if d.get("error") else ""
+
+    series = d["series"]
+    charts = ('<div class="charts">'
+              + svg_chart("Throughput", series, [("emitted_per_sec", "emitted/s", "#2b6cb0"),
+                                                 ("acked_per_sec", "acked/s", "#38a169"),
+                                                 ("failed_per_sec", "failed/s", "#e53e3e")], "tuples/s")
+              # the run's latency histograms are cumulative: each point is "since the run started"
+              + svg_chart("Complete latency since start", series, [("complete_latency_p50_ms", "p50", "#805ad5"),
+                                                       ("complete_latency_p99_ms", "p99", "#d69e2e")], "ms")
+              + "</div>")
+    window = (f'<p class="muted">{len(d["history"])} samples over the last '
+              f'{esc(_span(d["history"][-1]["t"] - d["history"][0]["t"]))}</p>' if len(d["history"]) > 1 else "")
+
+    cp = d["checkpoint"]
+    cp_html = (f'<dl><dt>txid</dt><dd data-testid="checkpoint-txid">{cp["txid"]}</dd>'
+               f'<dt>phase</dt><dd data-testid="checkpoint-phase">{esc(cp["phase"])}</dd>'
+               f'<dt>last committed</dt><dd>{cp["last_committed"]}</dd></dl>' if cp
+               else '<p class="muted" data-testid="checkpoint-none">No checkpoint record (no stateful bolts).</p>')
+    tx = d["transactional"]
+    tx_html = (f'<dl><dt>current txid</dt><dd data-testid="tx-current">{tx["current_txid"]}</dd>'
+               f'<dt>last committed</dt><dd>{tx["last_committed"]}</dd></dl>' if tx
+               else '<p class="muted" data-testid="tx-none">Not a transactional topology.</p>')
+
+    wrows = "".join(
+        f'<tr data-worker="{esc(w["worker"])}"><td>{esc(w["worker"])}</td><td>{esc(w["host"])}</td>'
+        f'<td class="n">{esc(w["pid"])}</td><td class="n">{esc(w["incarnation"])}</td>'
+        f'<td>{esc(w["ready"])}</td><td class="n">{_num(w["pending"])}</td>'
+        f'<td data-testid="last-seen">{_ago(w["last_seen"], now)}</td></tr>'
+        for w in d["worker_heartbeats"])
+    workers = (f'<table data-testid="workers"><tr><th>worker</th><th>host</th><th class="n">pid</th>'
+               f'<th class="n">incarnation</th><th>ready</th><th class="n">pending</th><th>last heartbeat</th></tr>'
+               f"{wrows}</table>" if wrows else '<p class="muted">No worker heartbeats published.</p>')
+
+    errs = "".join(
+        f'<li data-testid="error"><b>{esc(e.get("component"))}</b> task {esc(e.get("task"))}: '
+        f'{esc(e.get("error"))}<details><summary>traceback</summary><pre>{esc(e.get("traceback"))}</pre>'
+        f"</details></li>" for e in d["errors"])
+    errors = f"<ol>{errs}</ol>" if errs else '<p class="muted" data-testid="no-errors">No errors.</p>'
+
+    system = (f'<h2>System components</h2>{_component_rows(d["system_components"], "system")}'
+              if d["system_components"] else "")
+    body = (f'<p><a href="{esc(base)}/">&larr; all topologies</a></p>'
+            f'<h1><span data-testid="topology-name">{esc(d["name"])}</span> {_state(d["state"])} '
+            f'<span class="muted">{"live" if d["live"] else "not live"}</span></h1>{error}<dl>{dl}</dl>'
+            f'<h2>Components</h2>{_component_rows(d["components"], "user")}{system}'
+            f"<h2>Throughput and complete latency</h2>{charts}{window}"
+            f"<h2>Checkpoint</h2>{cp_html}<h2>Transactional</h2>{tx_html}"
+            f"<h2>Worker heartbeats</h2>{workers}<h2>Last errors</h2>{errors}")
+    return _page(f"Topology {d['name']}", body, refresh)
+
+
+def _not_found(name: str) -> str:
+    return (f"topology {name!r} not found: no run record in the control plane at {_where(redis_url())} "
+            "(it never ran there, or its records expired)")
+
+
+# --- the app ------------------------------------------------------------------------------------
+def create_app() -> FastAPI:
+    # WEBSITE is the permission every user of the Airflow UI has: whoever may open the UI may read
+    # the topology status (it is read-only). The dependency applies to every route of this app.
+    app = FastAPI(title="Topology status", dependencies=[Depends(requires_access_view(AccessView.WEBSITE))],
+                  docs_url=None, redoc_url=None, openapi_url=None)  # no unauthenticated schema pages
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _login_or_error(request: Request, exc: StarletteHTTPException) -> Response:
+        # A browser without a session goes to Airflow's login and comes back; API clients get 401.
+        if exc.status_code == 401 and not _is_api(request) and "text/html" in request.headers.get("accept", ""):
+            return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)), status_code=303)
+        if exc.status_code == 404 and not _is_api(request):
+            return HTMLResponse(_page("Not found", f'<h1>Not found</h1><p class="err">{esc(exc.detail)}</p>'
+                                      f'<p><a href="{esc(_base(request))}/">all topologies</a></p>', False),
+                                status_code=404)
+        return await http_exception_handler(request, exc)
+
+    @app.get("/", response_class=HTMLResponse)
+    def list_page(request: Request, dag_id: str | None = None, run_id: str | None = None,
+                  refresh: int = 1) -> HTMLResponse:
+        items = _read(lambda c: list_topologies(c, dag_id, run_id))
+        return HTMLResponse(render_list(_base(request), items, dag_id, run_id, bool(refresh)))
+
+    @app.get("/topology/{name:path}", response_class=HTMLResponse)
+    def topology_page(request: Request, name: str, refresh: int = 1) -> HTMLResponse:
+        d = _read(lambda c: topology_detail(c, name))
+        if d is None:
+            raise HTTPException(404, _not_found(name))
+        return HTMLResponse(render_topology(_base(request), d, bool(refresh)))
+
+    @app.get("/api/topologies")
+    def api_list(dag_id: str | None = None, run_id: str | None = None) -> dict[str, Any]:
+        items = _read(lambda c: list_topologies(c, dag_id, run_id))
+        return {"topologies": items, "total_entries": len(items)}
+
+    @app.get("/api/topologies/{name:path}")
+    def api_topology(name: str) -> dict[str, Any]:
+        d = _read(lambda c: topology_detail(c, name))
+        if d is None:
+            raise HTTPException(404, _not_found(name))
+        return d
+
+    return app
+
+
+def _is_api(request: Request) -> bool:
+    return request.url.path.startswith(f"{_base(request)}/api/")
+
+
+def _base(request: Request) -> str:
+    """The app's own prefix as the browser sees it (mount point plus Airflow's base path)."""
+    return request.scope.get("root_path", "").rstrip("/")
+
+
+def _read(fn: Any) -> Any:
+    try:
+        return fn(_control())
+    except redis.RedisError as e:
+        raise HTTPException(503, f"the topology control plane in Redis ({_where(redis_url())}) "
+                                 f"is unreachable: {e}") from e
+
+
+app = create_app()

@@ -1,0 +1,89 @@
+"""Airflow as a user runs it: a real api-server, scheduler, dag-processor and triggerer (the
+``airflow_live`` fixture), DAGs triggered and read through the REST API v2, topologies on Spark
+local[2], state in the session's Redis. Nothing is mocked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import redis
+
+from examples.wordcount import COUNTS, sample_sentences, true_counts
+from topology_runtime.control_plane import ControlPlane
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
+
+
+def test_wordcount_dag_through_the_rest_api(airflow_live, redis_url):
+    live = airflow_live
+    run_id = live.trigger("wordcount_topology", {"sentences": 2000})
+    state = live.wait_for_run("wordcount_topology", run_id, timeout=180)
+    assert state == "success", live.describe_run("wordcount_topology", run_id)
+    log = live.task_log("wordcount_topology", run_id, "wordcount")
+    # The driver's lines, streamed through spark-submit into the task log: progress and summary.
+    assert "progress [" in log, log[-3000:]
+    assert "run 'wordcount' completed after" in log, log[-3000:]
+    assert "component" in log and "sentences" in log  # the summary table
+    counts = {k.decode(): int(v) for k, v in redis.Redis.from_url(redis_url).hgetall(COUNTS).items()}
+    assert counts == true_counts(sample_sentences(2000))
+
+
+def test_recovery_dag_through_the_rest_api_commits_a_half_committed_checkpoint(airflow_live, redis_url):
+    """A crash in the middle of COMMITTING(4): task 1 still holds txid 4 prepared, task 2 already
+    committed it. The checkpoint record says commit: recovery must finish the commit."""
+    from state import RedisKeyValueState
+    from state.checkpoint import COMMITTED, COMMITTING, CheckPointState, load_checkpoint, save_checkpoint
+
+    client = redis.Redis.from_url(redis_url)
+    for task in (1, 2):
+        s = RedisKeyValueState(client, "e2e-crashed", task)
+        s.put("count", 10)
+        s.prepare_commit(3)
+        s.commit(3)
+        s.put("count", 40 + task)
+        s.prepare_commit(4)
+        if task == 2:
+            s.commit(4)
+    save_checkpoint(client, "e2e-crashed", CheckPointState(4, COMMITTING))
+    assert RedisKeyValueState(client, "e2e-crashed", 1).prepared_txid == 4
+
+    live = airflow_live
+    run_id = live.trigger("topology_recovery", {"topology_id": "e2e-crashed", "action": "auto", "dry_run": False})
+    state = live.wait_for_run("topology_recovery", run_id, timeout=120)
+    assert state == "success", live.describe_run("topology_recovery", run_id)
+    log = live.task_log("topology_recovery", run_id, "recover")
+    assert "checkpoint COMMITTING(4); action auto -> commit" in log, log[-3000:]
+    # As decided: the prepared txid 4 committed on task 1, nothing prepared is left, record COMMITTED(4).
+    assert [RedisKeyValueState(client, "e2e-crashed", t).get("count") for t in (1, 2)] == [41, 42]
+    assert RedisKeyValueState(client, "e2e-crashed", 1).prepared_txid is None
+    assert not client.keys("topology:{e2e-crashed:*}:prepare")
+    assert load_checkpoint(client, "e2e-crashed") == CheckPointState(4, COMMITTED)
+
+
+def test_deferrable_wordcount_defers_then_succeeds_with_the_summary(airflow_live, redis_url):
+    live = airflow_live
+    dag_id = "wordcount_topology_deferrable"
+    run_id = live.trigger(dag_id, {"sentences": 2000})
+    seen: list[str] = []
+
+    def watch(tis: dict) -> None:
+        state = (tis.get("wordcount") or {}).get("state")
+        if state and (not seen or seen[-1] != state):
+            seen.append(state)
+
+    state = live.wait_for_run(dag_id, run_id, timeout=180, on_poll=watch)
+    assert state == "success", live.describe_run(dag_id, run_id)
+    assert "deferred" in seen, f"the task never showed as deferred: {seen}"
+    log = live.task_log(dag_id, run_id, "wordcount")
+    assert "run 'wordcount' completed after" in log, log[-3000:]
+    assert "topology 'wordcount' final state: completed" in log, log[-3000:]
+    # While deferred, the trigger copied the driver's progress lines (its log is merged in).
+    assert "progress [" in log, log[-3000:]
+    # The run registry points at the driver's log file, which holds the whole driver output.
+    rec = ControlPlane(redis_url).get("wordcount")
+    assert rec.state == "completed"
+    driver_log = Path(rec.info["log"])
+    assert driver_log.is_file() and "run 'wordcount' completed after" in driver_log.read_text()
+    counts = {k.decode(): int(v) for k, v in redis.Redis.from_url(redis_url).hgetall(COUNTS).items()}
+    assert counts == true_counts(sample_sentences(2000))

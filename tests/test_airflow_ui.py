@@ -1,0 +1,349 @@
+"""The topology status app in Airflow's API server, through the real Airflow FastAPI app
+(``airflow.api_fastapi.app.create_app``) with the real SimpleAuthManager and the session's Redis.
+
+The data is real: a short LocalCluster run of a small topology (spout -> bolt -> bolt with a
+planted bug) publishes its status, history and worker heartbeats through the control plane; a
+checkpoint record and a transactional txid are planted where the runtime keeps them. No mocks.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+
+from state.checkpoint import PREPARING, CheckPointState, save_checkpoint
+from topology_runtime import Bolt, LocalCluster, TopologyBuilder
+from topology_runtime.control_plane import REGISTRY, ControlPlane, key
+from topology_runtime.status import ComponentStats, RunStatus
+
+NAME = "ui-numbers"
+EVIL = "evil<script>alert(1)</script>"
+PASSWORD = "ui-test-password"
+API = "/topologies/api/topologies"
+PAGES = ["/topologies/", f"/topologies/topology/{NAME}"]
+ENDPOINTS = PAGES + [API, f"{API}/{NAME}"]
+
+
+class BuggyBolt(Bolt):
+    """Raises once on every 100th number (the replay then succeeds): the run records errors
+    with their tracebacks and the spout replays. ``test.sleep`` (5 ms) per tuple, so the run lasts
+    a few of the supervisor's 2 s publish intervals and the chart has points."""
+
+    outputs: list = []
+
+    def prepare(self, conf, context):
+        self.r = redis.Redis.from_url(conf["test.redis.url"])
+        self.raised = f"{conf['test.key']}:raised"
+        self.sleep = float(conf.get("test.sleep", 0.005))
+
+    def execute(self, tup):
+        time.sleep(self.sleep)
+        if tup[0] % 100 == 0 and self.r.sadd(self.raised, tup[0]):
+            raise ValueError(f"planted <bug> on {tup[0]}")
+        self.ack(tup)
+
+
+def topology(n: int = 400):
+    """numbers (2 tasks) -> double (2) -> sink (2, BuggyBolt); also used by the browser test."""
+    from topologies import BasicDouble, NumberSpout
+
+    b = TopologyBuilder()
+    b.set_spout("numbers", NumberSpout(n), parallelism=2)
+    b.set_bolt("double", BasicDouble(), parallelism=2).shuffle_grouping("numbers")
+    b.set_bolt("sink", BuggyBolt(), parallelism=2).shuffle_grouping("double")
+    return b.create_topology()
+
+
+@pytest.fixture(scope="module")
+def data(redis_server):
+    """A finished real run of NAME, a planted checkpoint and txid, and a record whose name and
+    error carry HTML (escaping)."""
+    if redis_server.proc is None:
+        redis_server.start()
+    url = redis_server.url
+    client = redis.Redis.from_url(url, decode_responses=True)
+    client.flushall()
+    with LocalCluster(workers=2, redis_url=url) as cluster:
+        result = cluster.run(NAME, topology(), {"test.redis.url": url, "test.key": "ui"}, timeout=120)
+    assert result.state == "completed"
+    # Where the runtime keeps them: the checkpoint record (state/layout.py) and the transactional
+    # coordinator's next txid (transactional/runtime.py).
+    save_checkpoint(client, NAME, CheckPointState(7, PREPARING))
+    client.set(key(NAME, "tx:current"), 12)
+    control = ControlPlane(url)
+    token = control.register(EVIL, "local", 1)
+    status = RunStatus(EVIL, "failed", error="<b>boom</b>", components={"<i>x</i>": ComponentStats(emitted=3)},
+                       errors=[{"component": "<i>x</i>", "task": 1, "error": "<img src=x onerror=alert(1)>",
+                                "traceback": "Traceback <script>alert(2)</script>"}])
+    control.finish(EVIL, token, status, {"0": {"host": "<h>", "heartbeat_age_secs": 1.0}})
+    yield client
+    client.flushall()
+
+
+@pytest.fixture(scope="module")
+def airflow(tmp_path_factory, redis_server, airflow_db):
+    """The real Airflow API server app (with every plugin) on the session's migrated Airflow DB
+    (token checks read its revoked-token table) and an admin's JWT from /auth/token."""
+    mp = pytest.MonkeyPatch()
+    pw = tmp_path_factory.mktemp("auth") / "passwords.json"
+    pw.write_text(json.dumps({"admin": PASSWORD}))
+    mp.setenv("AIRFLOW__CORE__AUTH_MANAGER",
+              "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager")
+    mp.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "admin:admin")
+    mp.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE", str(pw))
+    mp.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", "False")
+    mp.setenv("AIRFLOW__API_AUTH__JWT_SECRET", "ui-test-secret-" + "x" * 64)
+    mp.setenv("TOPOLOGY_REDIS_URL", redis_server.url)
+    from airflow.api_fastapi.app import create_app
+
+    app = create_app()
+    with TestClient(app, base_url="http://127.0.0.1") as tc:
+        r = tc.post("/auth/token", json={"username": "admin", "password": PASSWORD})
+        assert r.status_code == 201, r.text
+        yield tc, app, r.json()["access_token"]
+    mp.undo()
+
+
+def _auth(token: str) -> dict:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _raw_status(client: redis.Redis, name: str) -> dict:
+    return json.loads(client.get(key(name, "status")))
+
+
+def test_every_route_requires_airflow_login(airflow, data):
+    tc, _, token = airflow
+    for path in ENDPOINTS:
+        assert tc.get(path).status_code == 401, path
+        assert tc.get(path, headers={"Authorization": "Bearer not-a-jwt"}).status_code == 403, path
+        assert tc.get(path, headers=_auth(token)).status_code == 200, path
+    for path in PAGES:  # a browser without a session is sent to Airflow's login, then back
+        r = tc.get(path, headers={"Accept": "text/html"}, follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"].startswith("/auth/login?next="), path
+    # The UI's session cookie is what a logged-in browser sends.
+    tc.cookies.set("_token", token)
+    try:
+        assert tc.get(PAGES[1]).status_code == 200
+        assert tc.get(API).status_code == 200
+    finally:
+        tc.cookies.clear()
+
+
+def test_api_list_matches_redis(airflow, data):
+    tc, _, token = airflow
+    r = tc.get(API, headers=_auth(token))
+    assert r.status_code == 200
+    body = r.json()
+    assert [t["name"] for t in body["topologies"]] == data.zrevrange(REGISTRY, 0, -1)
+    assert body["total_entries"] == 2
+    t = next(t for t in body["topologies"] if t["name"] == NAME)
+    raw = _raw_status(data, NAME)
+    assert t["state"] == raw["state"] == "completed" and t["live"] is False
+    for k in ("emitted", "acked", "failed", "replayed"):
+        assert t["totals"][k] == sum(c[k] for c in raw["components"].values()), k
+    assert t["launcher"] == "local" and t["workers"] == "2"
+
+
+def test_api_topology_matches_redis(airflow, data):
+    tc, _, token = airflow
+    d = tc.get(f"{API}/{NAME}", headers=_auth(token)).json()
+    raw = _raw_status(data, NAME)
+    assert set(d["components"]) == {"numbers", "double", "sink"}
+    for comp, stats in raw["components"].items():
+        for k in ("emitted", "acked", "failed", "replayed", "executed", "tasks"):
+            assert d["components"][comp][k] == stats[k], (comp, k)
+    c = d["components"]
+    # 400 numbers, each doubled; 8 planted failures replayed (0, 100, 200, 300 and their +1000s).
+    assert c["numbers"]["acked"] == 400 and c["numbers"]["failed"] >= 1 and c["numbers"]["replayed"] >= 1
+    assert c["numbers"]["complete_latency_p99_ms"] is not None
+    assert d["checkpoint"] == {"txid": 7, "phase": "PREPARING", "last_committed": 6}
+    assert d["transactional"] == {"current_txid": 12, "last_committed": 11}
+    # errors: most recent first, with the traceback
+    assert d["errors"] and d["errors"][0] == raw["errors"][-1]
+    assert all(e["component"] == "sink" and "planted <bug>" in e["error"] and "Traceback" in e["traceback"]
+               for e in d["errors"])
+    # worker heartbeats: one per worker slot, last seen = publish time - heartbeat age
+    assert [w["worker"] for w in d["worker_heartbeats"]] == sorted(raw["workers"], key=int)
+    for w in d["worker_heartbeats"]:
+        age = raw["workers"][w["worker"]]["heartbeat_age_secs"]
+        assert w["last_seen"] == pytest.approx(raw["updated"] - age, abs=0.01)
+        assert w["pid"] == raw["workers"][w["worker"]]["pid"]
+    # the chart's history: what the supervisor pushed (bounded list), rates from it
+    history = [json.loads(s) for s in data.lrange(key(NAME, "history"), 0, -1)]
+    assert d["history"] == history and len(history) >= 2
+    last = history[-1]
+    assert last["acked"] == sum(s["acked"] for s in raw["components"].values())
+    assert last["p99"] == max(s["complete_latency_p99_ms"] for s in raw["components"].values()
+                              if s["complete_latency_p99_ms"] is not None)
+    assert d["series"] and all(s["emitted_per_sec"] >= 0 for s in d["series"])
+
+
+def _cells(page: str, component: str) -> dict[str, str]:
+    return dict(re.findall(rf'data-testid="(\w+)" data-component="user:{re.escape(component)}">([^<]*)<', page))
+
+
+def test_pages_show_redis_counts_and_escape_everything(airflow, data):
+    tc, _, token = airflow
+    raw = _raw_status(data, NAME)
+    page = tc.get(f"/topologies/topology/{NAME}", headers=_auth(token)).text
+    for comp, stats in raw["components"].items():
+        cells = _cells(page, comp)
+        for k in ("tasks", "emitted", "acked", "failed", "replayed", "executed"):
+            assert cells[k].replace(",", "") == str(stats[k]), (comp, k)
+    assert page.count("<svg") == 2 and "<polyline" in page and "<circle" in page  # throughput and latency charts
+    assert 'data-testid="checkpoint-txid">7<' in page and 'data-testid="checkpoint-phase">PREPARING<' in page
+    assert 'data-testid="tx-current">12<' in page
+    assert page.count('data-testid="error"') == len(raw["errors"][-20:])
+    assert "planted &lt;bug&gt;" in page and "Traceback" in page
+    assert page.count("<tr data-worker=") == len(raw["workers"])
+
+    listing = tc.get("/topologies/", headers=_auth(token)).text
+    assert f'href="/topologies/topology/{NAME}"' in listing
+    evil_href = "/topologies/topology/evil%3Cscript%3Ealert%281%29%3C%2Fscript%3E"
+    assert evil_href in listing
+    evil = tc.get(evil_href, headers=_auth(token))
+    assert evil.status_code == 200
+    for text in (listing, evil.text):
+        assert "<script>" not in text and "<img" not in text and "<b>boom" not in text and "<h>" not in text
+    assert "evil&lt;script&gt;alert(1)&lt;/script&gt;" in evil.text
+    assert "Traceback &lt;script&gt;alert(2)&lt;/script&gt;" in evil.text
+
+
+def test_unknown_topology_is_a_clear_404(airflow, data):
+    tc, _, token = airflow
+    r = tc.get(f"{API}/no-such-topology", headers=_auth(token))
+    assert r.status_code == 404
+    assert "topology 'no-such-topology' not found" in r.json()["detail"]
+    page = tc.get("/topologies/topology/no-such-topology", headers=_auth(token))
+    assert page.status_code == 404 and "text/html" in page.headers["content-type"]
+    assert "topology &#x27;no-such-topology&#x27; not found" in page.text
+
+
+def test_read_only_no_mutating_routes_and_no_writes(airflow, data):
+    tc, app, token = airflow
+    from topology_airflow.app import app as status_app
+
+    methods = {m for route in status_app.routes for m in (getattr(route, "methods", None) or ())}
+    assert methods <= {"GET", "HEAD"}, methods
+    before = {k: data.dump(k) for k in data.keys("*")}
+    for path in ENDPOINTS:
+        tc.get(path, headers=_auth(token))
+        for method in ("POST", "PUT", "PATCH", "DELETE"):
+            assert tc.request(method, path, headers=_auth(token)).status_code == 405, (method, path)
+    assert {k: data.dump(k) for k in data.keys("*")} == before  # reading changed nothing in Redis
+
+
+def test_dag_run_view_filters_to_that_runs_topologies(airflow, data, monkeypatch):
+    tc, _, token = airflow
+    url = data.connection_pool.connection_kwargs
+    control = ControlPlane(f"redis://{url['host']}:{url['port']}/{url.get('db', 0)}")
+    # What Airflow puts into a task's environment (inherited by spark-submit's driver).
+    monkeypatch.setenv("AIRFLOW_CTX_DAG_ID", "wordcount_topology")
+    monkeypatch.setenv("AIRFLOW_CTX_DAG_RUN_ID", "manual__1")
+    monkeypatch.setenv("AIRFLOW_CTX_TASK_ID", "submit")
+    token_ = control.register("ui-from-dag", "spark", 2)
+    control.finish("ui-from-dag", token_, RunStatus("ui-from-dag", "completed"))
+    try:
+        r = tc.get(API, params={"dag_id": "wordcount_topology", "run_id": "manual__1"}, headers=_auth(token))
+        assert [t["name"] for t in r.json()["topologies"]] == ["ui-from-dag"]
+        assert r.json()["topologies"][0]["dag_run_id"] == "manual__1"
+        page = tc.get("/topologies/", params={"dag_id": "wordcount_topology", "run_id": "manual__1"},
+                      headers=_auth(token)).text
+        assert "ui-from-dag" in page and NAME not in page
+    finally:
+        for k in data.keys("topology:{ui-from-dag:ctl}:*"):
+            data.delete(k)
+        data.zrem(REGISTRY, "ui-from-dag")
+
+
+def test_history_is_bounded_and_rides_with_publish(data, monkeypatch):
+    import topology_runtime.control_plane as cp
+
+    url = data.connection_pool.connection_kwargs
+    control = ControlPlane(f"redis://{url['host']}:{url['port']}/{url.get('db', 0)}")
+    monkeypatch.setattr(cp, "HISTORY_SAMPLES", 5)
+    token = control.register("ui-bounded", "local", 1)
+    try:
+        for i in range(12):
+            control.publish("ui-bounded", RunStatus("ui-bounded", "running",
+                                                    components={"s": ComponentStats(emitted=i, acked=i)}))
+        samples = [json.loads(s) for s in data.lrange(key("ui-bounded", "history"), 0, -1)]
+        assert [s["emitted"] for s in samples] == [7, 8, 9, 10, 11]
+        assert samples[-1]["t"] == pytest.approx(time.time(), abs=5)
+        # a new run of the same id starts a fresh chart
+        control.finish("ui-bounded", token, RunStatus("ui-bounded", "completed"))
+        control.register("ui-bounded", "local", 1)
+        assert data.llen(key("ui-bounded", "history")) == 0
+    finally:
+        for k in data.keys("topology:{ui-bounded:ctl}:*"):
+            data.delete(k)
+        data.zrem(REGISTRY, "ui-bounded")
+
+
+def test_plugin_registered_once_with_views_app_and_link(airflow, data):
+    tc, app, token = airflow
+    from importlib.metadata import distributions
+
+    from airflow import plugins_manager
+    from starlette.routing import Mount
+    from topology_airflow import SubmitTopologyOperator
+    from topology_airflow.links import TopologyLink
+
+    plugins, errors = plugins_manager._get_plugins()
+    ours = [p for p in plugins if p.name == "topology_runtime"]
+    assert len(ours) == 1
+    # Loaded from the entry point when installed; plugins/topology_plugin.py then defines nothing,
+    # and .airflowignore keeps the package's modules from being imported as loose plugin files.
+    copies = [d for d in distributions() if any(e.group == "airflow.plugins" and e.name == "topology_runtime"
+                                                for e in d.entry_points)]
+    for where, message in errors.items():
+        # Only Airflow's own dedup of one distribution seen twice on sys.path (a build's stray
+        # topology_runtime.egg-info in the repo root) may show up, never our files.
+        assert "topology-runtime" in where and "already registered" in message and len(copies) > 1, (where, message)
+    assert "plugins/" not in " ".join(errors)
+    views = {v["destination"]: v for v in ours[0].external_views}
+    assert views["nav"]["href"] == "topologies/"
+    assert "{DAG_ID}" in views["dag_run"]["href"] and "{RUN_ID}" in views["dag_run"]["href"]
+    assert [m.path for m in app.routes if isinstance(m, Mount) and m.path == "/topologies"] == ["/topologies"]
+    assert any(isinstance(link, TopologyLink) for link in ours[0].operator_extra_links)
+
+    op = SubmitTopologyOperator(task_id="submit", topology="examples.wordcount:topology", name=NAME)
+    links = [link for link in op.operator_extra_links if isinstance(link, TopologyLink)]
+    assert links and links[0].name == "Topology"
+    href = links[0].get_link(op, ti_key=None)
+    assert href == f"/topologies/topology/{NAME}"
+    # What the DAG processor stores: the UI resolves the button from the XCom the task runner
+    # pushes with get_link's URL when the task ends.
+    from airflow.serialization.serialized_objects import OperatorSerialization
+
+    assert OperatorSerialization.serialize_operator(op)["_operator_extra_links"] == {"Topology": "_link_TopologyLink"}
+    assert tc.get(href, headers=_auth(token)).status_code == 200
+    # the UI lists the views for a logged-in user
+    ui = tc.get("/api/v2/plugins", headers=_auth(token)).json()
+    names = [v["url_route"] for p in ui["plugins"] if p["name"] == "topology_runtime" for v in p["external_views"]]
+    assert sorted(names) == ["topologies", "topologies-of-run"]
+
+
+def test_plugins_folder_defines_the_plugin_only_without_the_entry_point(monkeypatch):
+    """Airflow's own plugins-folder loader on plugins/: with the project installed (entry point
+    present) it finds nothing there and imports no module of the package; without the entry
+    point (simulated: the one patch in this file, of importlib.metadata's lookup) it finds the
+    plugin exactly once."""
+    import importlib.metadata
+    from pathlib import Path
+
+    from airflow._shared.plugins_manager import _load_plugins_from_plugin_directory
+
+    folder = str(Path(__file__).resolve().parent.parent / "plugins")
+    plugins, errors = _load_plugins_from_plugin_directory(folder, ignore_file_syntax="glob")
+    assert plugins == [] and errors == {}
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda **kw: [])
+    plugins, errors = _load_plugins_from_plugin_directory(folder, ignore_file_syntax="glob")
+    assert [p.name for p in plugins] == ["topology_runtime"] and errors == {}
+    assert str(plugins[0].source).endswith("topology_plugin.py")
