@@ -27,6 +27,15 @@ def test_wordcount_dag_through_the_rest_api(airflow_live, redis_url):
     assert "component" in log and "sentences" in log  # the summary table
     counts = {k.decode(): int(v) for k, v in redis.Redis.from_url(redis_url).hgetall(COUNTS).items()}
     assert counts == true_counts(sample_sentences(2000))
+    # The task's "Topology" button, as the UI fetches it, leads to the run's status page.
+    r = live.api("GET", f"/dags/wordcount_topology/dagRuns/{run_id}/taskInstances/wordcount/links")
+    assert r.status_code == 200, r.text
+    href = r.json()["extra_links"].get("Topology")
+    assert href, r.json()
+    assert href.endswith("/topologies/topology/wordcount"), href
+    url = href if href.startswith("http") else f"{live.base_url}{href}"
+    page = live.session().get(url, timeout=30)  # the app takes the same Bearer token as the API
+    assert page.status_code == 200 and "wordcount" in page.text, page.text[:500]
 
 
 def test_recovery_dag_through_the_rest_api_commits_a_half_committed_checkpoint(airflow_live, redis_url):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import collections
 import re
 import statistics
-import time
 
 import pytest
 import redis
@@ -155,7 +154,13 @@ def test_tick_tuples_topology_wide_and_per_component(redis_url, r, cluster_facto
         run = cluster.submit("ticks", b.create_topology(),
                              conf_for(redis_url, **{"topology.tick.tuple.freq.secs": 0.5}))
         assert wait_for(lambda: run.status().state == "running", 60)
-        time.sleep(3.5)
+        # Wait for enough ticks rather than a fixed time: a worker may start its tasks a second
+        # after the run shows running on a loaded machine. The rates are checked below.
+        def enough() -> bool:
+            tasks = component_tasks(r)
+            lens = {c: [r.llen(f"t:ticks:{c}:{t}") for t in tasks.get(c, [])] for c in ("plain", "fast")}
+            return len(lens["plain"]) == 2 and min(lens["plain"]) >= 5 and lens["fast"] and lens["fast"][0] >= 10
+        assert wait_for(enough, 30), component_tasks(r)
         assert run.kill().state == "killed"
     tasks = component_tasks(r)
 
