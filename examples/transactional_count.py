@@ -66,12 +66,7 @@ class UpdateGlobalCount(BatchBolt, Committer):
         self.sum += tup["count"]
 
     def finish_batch(self):
-        n = self.sum
-        self.values.multi_update(self.id.txid, {"count": lambda v: (v or 0) + n})
-
-
-def _adder(n: int):
-    return lambda v: (v or 0) + n
+        self.values.multi_add(self.id.txid, {"count": self.sum})
 
 
 class KeyedCount(BatchBolt):
@@ -99,7 +94,8 @@ class UpdateWordCounts(BatchBolt, Committer):
         self.counts[tup["word"]] = self.counts.get(tup["word"], 0) + tup["count"]
 
     def finish_batch(self):
-        self.values.multi_update(self.id.txid, {w: _adder(n) for w, n in self.counts.items()})
+        # Counts: added in Redis in one atomic call (a replay of this txid is skipped there).
+        self.values.multi_add(self.id.txid, self.counts)
 
 
 def global_count(data: dict, take: int = 3, name: str = "global-count"):

@@ -74,3 +74,12 @@ def test_failed_tuple_and_failed_finish_and_timeout_fail_held_tuples():
     t3.coord("y", 0, "c1")
     t3.tick()
     assert [(f.id, f.fail) for f in t3.tick()] == [("y", ["c1"])]
+
+
+def test_emitted_counts_sums_like_one_emitted_per_tuple():
+    one, many = CoordinatedTracker(0, [2, 3]), CoordinatedTracker(0, [2, 3])
+    for task in (2, 2, 3):
+        one.emitted("r", [task])
+    many.emitted_counts("r", {2: 2, 3: 1})
+    many.emitted_counts("r", {})
+    assert one.regular_acked("r").counts == many.regular_acked("r").counts == {2: 2, 3: 1}

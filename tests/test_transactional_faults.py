@@ -217,3 +217,28 @@ def test_killed_worker_keeps_stream_counts_exact(redis_url, tmp_path, monkeypatc
     assert phase == "processing" or fired.exists()
     assert status.restarts == 1
     assert _counts(client) == truth
+
+
+def test_restart_replays_recorded_batches_before_ending_a_drained_stream(redis_url):
+    """The state a coordinator crash leaves when the emitters ran ahead to the end of a bounded
+    stream: batches 1 and 2 recorded (per-txid metadata and ``last-meta`` at the stream's end),
+    nothing committed. The restarted coordinator must replay both before it sees the stream
+    drained: judging exhaustion by ``last-meta`` alone ended the run with both batches lost."""
+    client = redis.Redis.from_url(redis_url)
+    truth = fill(client, STREAMS, 30, seed=7)
+    name = "txreplay"
+    for txid, (lo, hi) in ((1, (0, 14)), (2, (15, 29))):
+        meta = {}
+        for p, s in enumerate(STREAMS):
+            ids = [i.decode() for i, _ in client.xrange(s)]
+            meta[str(p)] = json.dumps([ids[lo], ids[hi], hi - lo + 1])
+        client.hset(f"topology:{{{name}:ctl}}:tx:meta:{txid}", mapping=meta)
+        client.hset(f"topology:{{{name}:ctl}}:tx:last-meta", mapping=meta)
+    spout = RedisStreamsTransactionalSpout(STREAMS, ["word"], max_entries=15, stop_when_drained=True)
+    with LocalCluster(workers=2) as cluster:
+        status = cluster.run(name, counting_topology(spout, name, opaque=False),
+                             {"redis.url": redis_url, **CONF}, timeout=60)
+    assert status.state == "completed", status.error
+    assert _counts(client) == truth
+    assert _committed(client, name) == 2  # the two recorded batches, replayed as they were
+    assert not [k for k in _tx_keys(client, name) if ":tx:meta:" in k]

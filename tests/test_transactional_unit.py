@@ -65,6 +65,23 @@ def test_not_ready_still_reemits_cached_metas():
     assert batches(c2.sync()) == []
 
 
+def test_restart_replays_recorded_batches_even_when_not_ready():
+    """A restarted coordinator at txid 3 whose emitters had recorded batches 3 and 4: both go out
+    though the (drained) spout is not ready, and it may not stop until they commit."""
+    c = TransactionalCoordinator(4, 3, is_ready=lambda: False, rng=random.Random(1))
+    assert not c.has_replays()
+    c.restore_recorded([1, 3, 4])  # 1 committed already: ignored
+    assert c.has_replays()
+    out = c.sync()
+    assert sorted(t for t, _ in batches(out)) == [3, 4]
+    a = {e[1].txid: e[1] for e in out}
+    c.ack(a[3]), c.ack(a[4])
+    c.ack(a[3])  # commit 3
+    assert c.has_replays()
+    c.ack(a[4])  # commit 4
+    assert c.current_txid == 5 and not c.has_replays()
+
+
 def test_failed_commit_replays_from_that_txid():
     c = make(max_active=2)
     first = {e[1].txid: e[1] for e in c.sync()}

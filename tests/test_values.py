@@ -51,3 +51,42 @@ def test_opaque_writer_resets_keys_an_earlier_attempt_of_the_txid_wrote(redis_ur
     assert m.get(["a", "b"]) == {"a": OpaqueValue(2, 3, 1), "b": OpaqueValue(2, 1, 1)}
     m.multi_update(3, {"b": add(5)}, writer="w0")
     assert m.get(["b"])["b"] == OpaqueValue(3, 6, 1)
+
+
+def test_multi_add_counts_once_per_txid_and_matches_multi_update(redis_url):
+    client = redis.Redis.from_url(redis_url)
+    m = ValueMap(client, "added")
+    client.delete("added")
+    assert m.multi_add(1, {"a": 2, "b": 1, ("k", 1): 5}) == 3
+    assert m.multi_add(1, {"a": 2, "b": 1, ("k", 1): 5}) == 0  # batch 1 replayed: skipped
+    assert m.multi_add(2, {"a": 3, "c": 0.5}) == 2
+    m.multi_update(3, {"a": lambda v: v + 10})  # both paths share one stored format
+    assert m.get(["a", "b", ("k", 1), "c"]) == {
+        "a": TransactionalValue(3, 15), "b": TransactionalValue(1, 1),
+        ("k", 1): TransactionalValue(1, 5), "c": TransactionalValue(2, 0.5)}
+    assert type(m.get(["a"])["a"].value) is int  # integral counts stay ints
+    assert m.multi_add(4, {}) == 0
+
+
+def test_multi_add_rejects_bad_input_naming_the_key_and_writes_nothing(redis_url):
+    client = redis.Redis.from_url(redis_url)
+    m = ValueMap(client, "added-bad")
+    client.delete("added-bad")
+    m.multi_update(1, {"text": lambda v: "not a number"})
+    with pytest.raises(ValueError, match="'n'.*int or float"):
+        m.multi_add(2, {"a": 1, "n": "1"})
+    with pytest.raises(ValueError, match="'text'.*non-numeric"):
+        m.multi_add(2, {"a": 1, "text": 1})
+    assert m.get(["a"])["a"] is None  # nothing of the failed batch was written
+    with pytest.raises(ValueError, match="2\\*\\*53"):
+        m.multi_add(2, {"a": 2**60})
+
+
+def test_multi_add_on_an_opaque_map_follows_the_opaque_rule(redis_url):
+    client = redis.Redis.from_url(redis_url)
+    m = ValueMap(client, "added-opaque", opaque=True)
+    client.delete("added-opaque")
+    m.multi_add(1, {"a": 1})
+    m.multi_add(2, {"a": 5})
+    m.multi_add(2, {"a": 7})  # an opaque replay of txid 2 recomputes from prev
+    assert m.get(["a"])["a"] == OpaqueValue(2, 8, 1)

@@ -33,12 +33,20 @@ def _carryable(v: Any, depth: int = 0) -> bool:
 def check_values(values: Any, fields: list[str], component: str, stream: str) -> list:
     """Return ``values`` as a list, or raise naming the component, stream and field at fault."""
     if type(values) is list and len(values) == len(fields):
-        for v in values:  # the hot path: flat scalar values
+        for v in values:  # the hot path: scalar values, or a short flat list of them
             t = type(v)
             if t is str or t is float or t is bool or v is None or t is bytes:
                 continue
             if t is int and _INT_MIN <= v <= _INT_MAX:
                 continue
+            if t is list and len(v) <= 8:  # e.g. a transactional attempt [txid, attempt_id]
+                for x in v:
+                    tx = type(x)
+                    if not (tx is str or tx is float or tx is bool or x is None or tx is bytes
+                            or (tx is int and _INT_MIN <= x <= _INT_MAX)):
+                        break
+                else:
+                    continue
             break
         else:
             return values

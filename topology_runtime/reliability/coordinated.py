@@ -48,6 +48,9 @@ class Finish:
         return {task: emitted.get(task, 0) for task in self.out_tasks}
 
 
+NOTHING = Finish(None)  # shared "nothing to do" answer; never mutated by callers
+
+
 class CoordinatedTracker:
     def __init__(self, num_source_reports: int, out_tasks: list[int], has_id_stream: bool = False,
                  timeout_buckets: int = 3) -> None:
@@ -75,9 +78,19 @@ class CoordinatedTracker:
         for task in tasks:
             t.task_emitted[task] = t.task_emitted.get(task, 0) + 1
 
+    def emitted_counts(self, id_: Any, counts: dict[int, int]) -> None:
+        """``emitted`` for many tuples at once: ``counts`` per target task."""
+        if not counts:
+            return
+        emitted = self._get(id_).task_emitted
+        for task, n in counts.items():
+            emitted[task] = emitted.get(task, 0) + n
+
     def regular_acked(self, id_: Any) -> Finish:
         t = self._get(id_)
         t.received += 1
+        if self.num_source_reports and t.received != t.expected and not t.failed:
+            return NOTHING  # the per-tuple case: unfinished until received reaches expected
         return self._check(id_, t, REGULAR, None)
 
     def regular_failed(self, id_: Any) -> Finish:

@@ -11,14 +11,16 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 PROCESSING, PROCESSED, COMMITTING = "PROCESSING", "PROCESSED", "COMMITTING"
 BATCH, COMMIT = "batch", "commit"
 
 
-@dataclass(frozen=True)
-class TransactionAttempt:
+class TransactionAttempt(NamedTuple):
+    """Immutable and hashable; a named tuple because every tuple of a batch carries one (hashing
+    and comparing it is C code, not a dataclass's generated Python)."""
+
     txid: int
     attempt_id: int
 
@@ -49,6 +51,18 @@ class TransactionalCoordinator:
         if txid not in self.metas:
             self.metas[txid] = self.initialize(txid, self.metas.get(txid - 1))
         return self.metas[txid]
+
+    def restore_recorded(self, txids: list[int]) -> None:
+        """After a restart: batches from ``current_txid`` on whose metadata an emitter recorded
+        before the crash. They go out again (the emitter replays them as recorded) whether or not
+        the spout is ready for new data, and before the run may end as drained."""
+        for txid in txids:
+            if txid >= self.current_txid:
+                self.metas.setdefault(txid, None)
+
+    def has_replays(self) -> bool:
+        """Uncommitted batches known to this coordinator that must (re)run before it may stop."""
+        return bool(self.active) or any(t >= self.current_txid for t in self.metas)
 
     def sync(self) -> list[tuple]:
         """Emits due now: ("commit", attempt) and ("batch", attempt, meta)."""

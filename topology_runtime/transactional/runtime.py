@@ -13,7 +13,7 @@ import redis
 
 from ..components import Bolt, Spout, Stream, Tuple
 from ..faults import maybe_crash
-from ..reliability.coordinated import CoordinatedTracker
+from ..reliability.coordinated import NOTHING, CoordinatedTracker
 from ..reliability.transactional import (
     BATCH,
     COMMITTING,
@@ -76,26 +76,34 @@ class CoordinatorSpout(Spout):
         self.spout.open(conf)
         self.opaque = is_opaque(self.spout)
         self.n_partitions = self.spout.num_partitions() if self.opaque else 0  # for opaque commits
-        self._cleanup_metas(int(cur) if cur else 1)
+        recorded = self._cleanup_metas(int(cur) if cur else 1)
         self.machine = TransactionalCoordinator(
             max_active=int(conf.get("topology.max.spout.pending") or 1),
             current_txid=int(cur) if cur else 1,
             is_ready=self._ready,
         )
+        if not self.opaque:  # opaque replays read anew from the committed metadata instead
+            self.machine.restore_recorded(recorded)
         self.done = False
         self._checked = float("-inf")
         self._is_exhausted = False
 
-    def _cleanup_metas(self, current: int) -> None:
-        """Per-txid metadata a previous run left behind (a crash between writing and deleting)."""
-        old = []
+    def _cleanup_metas(self, current: int) -> list[int]:
+        """Deletes per-txid metadata a previous run left behind (a crash between writing and
+        deleting); returns the uncommitted txids whose batches an emitter recorded (partitioned
+        spouts): their data is already in ``last-meta``, so they must replay before a drained
+        stream may end the run."""
+        old, recorded = [], []
         for pattern in ("meta:*", "ometa:*"):
             for k in self.redis.scan_iter(match=_key(self.tx_id, pattern), count=1000):
                 t = _txid_of_key(k)
                 if t is not None and t < current - 1:
                     old.append(k)
+                elif t is not None and t >= current and pattern == "meta:*":
+                    recorded.append(t)
         if old:
             self.redis.delete(*old)
+        return sorted(recorded)
 
     def _latest_metas(self) -> dict:
         """Per partition, where the newest batch ends: committed metadata (opaque) or the last
@@ -162,7 +170,7 @@ class CoordinatorSpout(Spout):
                 self.emit([wire(e[1])], msg_id=wire(e[1]), stream=COMMIT_STREAM)
 
     def next_tuple(self):
-        if not self.done and not self.machine.active and self._exhausted():
+        if not self.done and not self.machine.has_replays() and self._exhausted():
             self.done = True
             self.finish()  # bounded: every batch committed and nothing left
             return
@@ -216,6 +224,8 @@ class CoordinatedBolt(Bolt):
         out_tasks = [t for c in self.downstream for t in context.component_tasks(c)]
         self.tracker = CoordinatedTracker(n_reports, out_tasks, has_id_stream=self.id_stream)
         self.batches: dict[TransactionAttempt, Any] = {}
+        self._last_wire: Any = None
+        self._last_attempt: TransactionAttempt | None = None
         self._user_emit = self.emit
         if self.emitter_of is not None:
             self.redis = _redis(conf)
@@ -227,11 +237,14 @@ class CoordinatedBolt(Bolt):
 
     # --- emits from the delegate (counted per target task for the coordination stream) --------
     def _counted_emit(self, attempt: TransactionAttempt):
+        wired = wire(attempt)  # one list per batch, shared by its tuples (receivers never mutate values)
+        user_emit, emitted = self._user_emit, self.tracker.emitted
+
         def emit(values, anchors=None, stream="default"):
-            values = list(values)
-            values[0] = wire(values[0])
-            targets = self._user_emit(values, stream=stream)  # unanchored: coord tuples track batches
-            self.tracker.emitted(attempt, targets)
+            first = values[0]
+            values = [wired if first is attempt else wire(first), *values[1:]]  # a copy: the caller's list stays theirs
+            targets = user_emit(values, stream=stream)  # unanchored: coord tuples track batches
+            emitted(attempt, targets)
             return targets
         return emit
 
@@ -251,7 +264,12 @@ class CoordinatedBolt(Bolt):
                 for t in f.fail:
                     self.fail(t)
             return
-        attempt = attempt_of(tup.values[0])  # values are shared with other local tasks: never mutate
+        first = tup.values[0]  # values are shared with other local tasks: never mutate
+        if first == self._last_wire:  # a batch's tuples come in runs: one attempt object for all
+            attempt = self._last_attempt
+        else:
+            attempt = self._last_attempt = attempt_of(first)
+            self._last_wire = wire(attempt)
         if tup.stream == COORD_STREAM:
             self._apply(self.tracker.coord(attempt, int(tup.values[1]), tup))
         elif self.id_stream and tup.stream == COMMIT_STREAM:
@@ -272,33 +290,56 @@ class CoordinatedBolt(Bolt):
             except Exception:
                 self._apply(self.tracker.regular_failed(attempt))
                 raise
-            if not self._apply(self.tracker.regular_acked(attempt), anchor=tup):
+            f = self.tracker.regular_acked(attempt)
+            if f is NOTHING or not self._apply(f, anchor=tup):
                 self.ack(tup)
 
     def _emit_batch(self, attempt: TransactionAttempt, tup: Tuple) -> None:
-        emit = self._counted_emit(attempt)
+        """The emitter: one call emits this task's part of the batch (thousands of rows), so
+        the per-row path is kept short: the wire form of the attempt is built once, and the
+        per-task counts are summed here and handed to the tracker once, at the end."""
+        wired, user_emit, counts = wire(attempt), self._user_emit, {}
+
+        def emit_row(row: list) -> None:
+            for t in user_emit([wired, *row]):  # unanchored: coord tuples track batches
+                counts[t] = counts.get(t, 0) + 1
+
+        try:
+            self._emit_batch_rows(attempt, tup, emit_row)
+        finally:  # also on failure: what went out is counted (the batch fails either way)
+            self.tracker.emitted_counts(attempt, counts)
+
+    def _emit_batch_rows(self, attempt: TransactionAttempt, tup: Tuple, emit_row) -> None:
         if self.opaque:
-            self._emit_opaque_batch(attempt, lambda row: emit([attempt, *row]))
+            self._emit_opaque_batch(attempt, emit_row)
             return
-        key_meta = _key(self.tx_id, f"meta:{attempt.txid}")
+        key_meta, key_last = _key(self.tx_id, f"meta:{attempt.txid}"), _key(self.tx_id, "last-meta")
         committed = tup.values[1]
-        cur = self.redis.get(_key(self.tx_id, "current"))
+        ps = [str(p) for p in self.partitions]
+        pipe = self.redis.pipeline(transaction=False)  # one round trip for every owned partition
+        pipe.get(_key(self.tx_id, "current"))
+        pipe.hmget(key_meta, ps)
+        pipe.hmget(key_last, ps)
+        cur, metas, prevs = pipe.execute() if ps else (self.redis.get(_key(self.tx_id, "current")), [], [])
         if cur is not None and attempt.txid < int(cur):
             return  # a late tuple of a committed batch: its metadata is gone, emitting anew would skip data
-        for p in self.partitions:
-            raw = self.redis.hget(key_meta, str(p))
+        new: dict[str, str] = {}
+        for p, raw, prev in zip(self.partitions, metas, prevs):
             if raw is not None:  # a replay: exactly the same batch
-                self.emitter_of.emit_partition_batch(attempt, lambda row: emit([attempt, *row]), p, json.loads(raw))
+                self.emitter_of.emit_partition_batch(attempt, emit_row, p, json.loads(raw))
                 continue
-            prev = self.redis.hget(_key(self.tx_id, "last-meta"), str(p))
-            meta = self.emitter_of.emit_partition_batch_new(
-                attempt, lambda row: emit([attempt, *row]), p, json.loads(prev) if prev else None)
-            pipe = self.redis.pipeline()
-            pipe.hset(key_meta, str(p), json.dumps(meta))
-            pipe.hset(_key(self.tx_id, "last-meta"), str(p), json.dumps(meta))
-            pipe.execute()
+            meta = self.emitter_of.emit_partition_batch_new(attempt, emit_row, p, json.loads(prev) if prev else None)
+            new[str(p)] = json.dumps(meta)
+        # Recorded before the batch tuple is acked, so a replay finds it (Storm's order). If a
+        # partition raised above, nothing new is recorded: the failed attempt's tuples are
+        # dropped, and its replay starts each partition from the same last metadata.
+        pipe = self.redis.pipeline()
+        if new:
+            pipe.hset(key_meta, mapping=new)
+            pipe.hset(key_last, mapping=new)
         if committed and committed > 1:
-            self.redis.delete(_key(self.tx_id, f"meta:{committed - 1}"))  # cleanupBefore(committed)
+            pipe.delete(_key(self.tx_id, f"meta:{committed - 1}"))  # cleanupBefore(committed)
+        pipe.execute()
 
     def _emit_opaque_batch(self, attempt: TransactionAttempt, emit_row) -> None:
         """Each owned partition continues after the previous batch (opaque_last_meta); what this

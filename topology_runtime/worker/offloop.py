@@ -23,6 +23,7 @@ class Completions:
 
     def __init__(self) -> None:
         self._items: deque = deque()  # append/popleft are atomic: no lock needed
+        self.pending = self._items  # read-only view for the loop's cheap "anything done?" test
         self.fd, self._wfd = os.pipe()
         os.set_blocking(self.fd, False)
         os.set_blocking(self._wfd, False)

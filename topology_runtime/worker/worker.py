@@ -35,6 +35,7 @@ log = logging.getLogger("topology.worker")
 DATA, INIT, ACKS, FAILS, RESETS, OUTCOMES = range(6)
 SPOUT_CALLS_PER_ITERATION = 64
 QUEUE_BUDGET = 20000
+RESPONSIVE_EVERY = 256  # tuples between mid-drain looks outside the queue (a power of two)
 PEER_WAIT_SECS = 120.0
 SUPERVISOR_SILENCE_SECS = 10.0
 
@@ -118,6 +119,7 @@ class Worker:
         self.local_spouts: dict[int, SpoutExecutor] = {}
         self.local_ackers: dict[int, AckerExecutor] = {}
         self.completions = Completions()
+        self.completed_calls = self.completions.pending  # a deque: cheap "anything finished?" test
         # Streams whose tuples go to the front of the queue (a transactional commit): control
         # tuples on a serial critical path that would otherwise wait behind a batch's data. Meant
         # for streams with one tuple in flight per receiver (ahead of data, not of each other).
@@ -147,6 +149,12 @@ class Worker:
         return self.index % max(1, self.n_ackers)
 
     def deliver(self, task: int, values: list, info, src: int, anchors: dict | None) -> None:
+        if self.completed_calls:
+            # A commit finished off the loop while some task's execute emits (an emitter emits a
+            # whole batch in one call, tens of ms): its acks are the pipeline's critical path, so
+            # they go now, between two emits, not after that execute. Safe here: nothing is
+            # half-done at the top of deliver, and XOR acking tolerates any flush point.
+            self._run_completions()
         ex = self.local_bolts.get(task)
         if ex is not None:
             if info.sid in self.priority_sids:
@@ -484,14 +492,27 @@ class Worker:
         q = self.queue
         pop = q.popleft
         n = 0
+        finished = self.completed_calls
         while q and n < QUEUE_BUDGET:
             ex, tup = pop()
             ex.process(tup)
             n += 1
-            if not (n & 1023):
-                if self.completions:
-                    self._run_completions()
-                self._flush()  # keep acks and batches flowing on long runs
+            if finished:  # a commit ended off the loop: its acks are the pipeline's critical path
+                self._run_completions()
+            if not (n & (RESPONSIVE_EVERY - 1)):
+                self._stay_responsive(not (n & 1023))
+
+    def _stay_responsive(self, flush: bool) -> None:
+        """Mid-drain: a long drain must not hold back what waits outside the queue. Acks and
+        outcomes that arrived (a spout's next batch or commit depends on them) are applied now;
+        arriving data joins the end of the queue, priority tuples its front, as between drains.
+        One non-blocking receive per RESPONSIVE_EVERY tuples, no per-tuple syscall. This
+        drain's own acks and batches leave every 1024 tuples: flushing more often would split
+        the XOR-combined acks (measured: -25% acked throughput at every 256)."""
+        for payload in self.transport.recv_payloads(16):
+            self._handle_batch(payload)
+        if flush:
+            self._flush()
 
     def _handle_batch(self, payload: bytes) -> None:
         self.recv_batches += 1
