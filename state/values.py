@@ -136,8 +136,10 @@ class ValueMap:
         Returns how many keys changed."""
         items = list(deltas.items())
         vals = [d for _, d in items]
-        # Checked in C (a set of types, min and max); the per-key loop only names the bad key.
-        if vals and not (set(map(type, vals)) <= {int, float} and -_COUNT_LIMIT < min(vals) and max(vals) < _COUNT_LIMIT):
+        # Checked in C (a set of types, min and max, and a sum that is NaN if any value is, which
+        # min and max would pass); the per-key loop only names the bad key.
+        if vals and not (set(map(type, vals)) <= {int, float} and -_COUNT_LIMIT < min(vals)
+                         and max(vals) < _COUNT_LIMIT and (t := sum(vals)) == t):
             for k, d in items:
                 if type(d) not in (int, float) or not -_COUNT_LIMIT < d < _COUNT_LIMIT:
                     raise ValueError(f"multi_add: delta for key {k!r} must be an int or float below 2**53 in "

@@ -90,3 +90,30 @@ def test_multi_add_on_an_opaque_map_follows_the_opaque_rule(redis_url):
     m.multi_add(2, {"a": 5})
     m.multi_add(2, {"a": 7})  # an opaque replay of txid 2 recomputes from prev
     assert m.get(["a"])["a"] == OpaqueValue(2, 8, 1)
+
+
+def test_multi_add_of_thousands_of_keys_spans_chunks_and_stays_all_or_nothing(redis_url):
+    """More keys than one Lua unpack() takes (2,000): every chunk is read and written, a replay
+    of the txid is skipped as a whole, and a bad value in the last chunk writes nothing."""
+    client = redis.Redis.from_url(redis_url)
+    m = ValueMap(client, "added-many")
+    client.delete("added-many")
+    keys = [f"w{i}" for i in range(4500)]
+    assert m.multi_add(1, {k: i for i, k in enumerate(keys)}) == 4500
+    assert m.multi_add(1, {k: 1 for k in keys}) == 0  # a replay of txid 1
+    assert m.multi_add(2, {k: 1 for k in keys[::2]}) == 2250
+    got = m.get(keys)
+    assert all(got[k] == TransactionalValue(2 if i % 2 == 0 else 1, i + (1 if i % 2 == 0 else 0))
+               for i, k in enumerate(keys))
+    m2 = ValueMap(client, "added-many")
+    m2.multi_update(3, {"late": lambda v: "text"})
+    with pytest.raises(ValueError, match="'late'.*non-numeric"):
+        m2.multi_add(4, {**{k: 1 for k in keys}, "late": 1})
+    assert m.get(keys[:1])[keys[0]] == TransactionalValue(2, 1)  # the first chunk was not written
+
+
+@pytest.mark.parametrize("bad", [True, float("nan"), float("inf"), None])
+def test_multi_add_rejects_bools_nan_inf_and_none(redis_url, bad):
+    m = ValueMap(redis.Redis.from_url(redis_url), "added-odd")
+    with pytest.raises(ValueError, match="'b'.*int or float"):
+        m.multi_add(1, {"a": 1, "b": bad})
