@@ -32,7 +32,7 @@ def test_seed_global_count_is_exact(redis_url, pending):
     assert got.value == 10 and got.txid >= 1
 
 
-def test_transactional_word_count_is_exact(redis_url):
+def test_transactional_word_count_is_exact(redis_url, capfd):
     data = _data(300)
     truth: dict[str, int] = {}
     for rows in data.values():
@@ -40,7 +40,8 @@ def test_transactional_word_count_is_exact(redis_url):
             truth[w] = truth.get(w, 0) + 1
     with LocalCluster(workers=2) as cluster:
         status = cluster.run("txwc", word_count(data, take=20, name="txwc"),
-                             {"redis.url": redis_url, "topology.max.spout.pending": 3}, timeout=120)
+                             {"redis.url": redis_url, "topology.max.spout.pending": 3,
+                              "topology.transactional.progress.secs": 0.2}, timeout=120)
     assert status.state == "completed"
     client = redis.Redis.from_url(redis_url)
     got = ValueMap(client, "word-counts").get(list(truth))
@@ -50,6 +51,10 @@ def test_transactional_word_count_is_exact(redis_url):
     # exhaustion check was cached for 0.1 s).
     committed = int(client.get("topology:{txwc:ctl}:tx:current")) - 1
     assert 15 <= committed <= 15 + 2
+    # The coordinator's progress line reached the worker log, the last one at the end of the run.
+    lines = [ln for ln in capfd.readouterr().err.splitlines() if "transactional txwc: committed through" in ln]
+    assert lines and f"committed through txid {committed} " in lines[-1], lines
+    assert "median batch processing" in lines[-1] and "ms, commit" in lines[-1]
 
 
 @pytest.mark.slow

@@ -36,6 +36,7 @@ DEFAULTS: dict[str, Any] = {
     "topology.max.restarts": 10,
     "topology.state.exactly.once": False,
     "topology.stats.interval.secs": 1.0,
+    "topology.transactional.progress.secs": 10.0,  # the coordinator's progress line; None: off
 }
 
 # Storm's documented topology.* keys that we accept but do not implement (warned about).
@@ -172,8 +173,8 @@ def resolve_config(conf: Mapping[str, Any] | None, workers: int | None = None) -
     out[k] = _positive_number(k, out[k], allow_none=True, integer=True)
     for k in ("topology.enable.message.timeouts", "topology.debug", "topology.state.exactly.once"):
         out[k] = _bool(k, out[k])
-    k = "topology.tick.tuple.freq.secs"
-    out[k] = _positive_number(k, out[k], allow_none=True)
+    for k in ("topology.tick.tuple.freq.secs", "topology.transactional.progress.secs"):
+        out[k] = _positive_number(k, out[k], allow_none=True)
     for k in ("topology.transfer.batch.size", "topology.transfer.buffer.size",
               "topology.executor.receive.buffer.size", "topology.max.restarts"):
         out[k] = _positive_number(k, out[k], integer=True, zero=(k == "topology.max.restarts"))

@@ -17,12 +17,14 @@ from ..reliability.coordinated import NOTHING, CoordinatedTracker
 from ..reliability.transactional import (
     BATCH,
     COMMITTING,
+    PROCESSING,
     TransactionalCoordinator,
     TransactionAttempt,
     opaque_commit,
     opaque_last_meta,
 )
 from .batch import Committer
+from .progress import TxProgress
 from .spouts import is_opaque
 
 log = logging.getLogger(__name__)
@@ -87,6 +89,8 @@ class CoordinatorSpout(Spout):
         self.done = False
         self._checked = float("-inf")
         self._is_exhausted = False
+        every = conf.get("topology.transactional.progress.secs", 10.0)
+        self.progress = TxProgress(self.tx_id, float(every) if every else None, time.monotonic())
 
     def _cleanup_metas(self, current: int) -> list[int]:
         """Deletes per-txid metadata a previous run left behind (a crash between writing and
@@ -163,18 +167,28 @@ class CoordinatorSpout(Spout):
         return not self.done and self.spout.is_ready() and not self._exhausted()
 
     def _emit(self, out: list) -> None:
+        now = time.monotonic() if out else 0.0
         for e in out:
             if e[0] == BATCH:
+                self.progress.batch_started(e[1].txid, now)
                 self.emit([wire(e[1]), self.machine.current_txid - 1], msg_id=wire(e[1]), stream=BATCH_STREAM)
             else:
+                self.progress.commit_started(e[1].txid, now)
                 self.emit([wire(e[1])], msg_id=wire(e[1]), stream=COMMIT_STREAM)
 
     def next_tuple(self):
         if not self.done and not self.machine.has_replays() and self._exhausted():
             self.done = True
+            self._report(force=True)
             self.finish()  # bounded: every batch committed and nothing left
             return
         self._emit(self.machine.sync())
+        self._report()
+
+    def _report(self, force: bool = False) -> None:
+        line = self.progress.report(time.monotonic(), len(self.machine.active), force=force)
+        if line:
+            log.info("%s", line)
 
     def ack(self, msg_id):
         a = attempt_of(msg_id)
@@ -187,12 +201,17 @@ class CoordinatorSpout(Spout):
                 self._emit(self.machine.fail(a))
                 return
         before = self.machine.current_txid
+        processed = tx is not None and tx.attempt == a and tx.status == PROCESSING
         out = self.machine.ack(a)
         if self.machine.current_txid != before and not self.opaque:  # a commit completed: persist
             pipe = self.redis.pipeline()
             pipe.set(_key(self.tx_id, "current"), self.machine.current_txid)
             pipe.delete(_key(self.tx_id, f"meta:{a.txid}"))  # a committed batch never replays
             pipe.execute()
+        if processed:
+            self.progress.batch_processed(a.txid, time.monotonic())
+        elif self.machine.current_txid != before:
+            self.progress.committed(a.txid, time.monotonic())
         self._emit(out)
 
     def fail(self, msg_id):
