@@ -99,6 +99,8 @@ def test_workers_argument_overrides_conf():
         ("topology.enable.message.timeouts", "maybe", "expected true/false"),
         ("topology.debug", 2, "expected true/false"),
         ("topology.tick.tuple.freq.secs", -1, "must be > 0"),
+        ("topology.transactional.progress.secs", 0, "must be > 0"),
+        ("topology.transactional.progress.secs", "ten", "expected a number"),
         ("topology.state.provider", "postgres", "expected 'memory' or 'redis'"),
     ],
 )
