@@ -125,7 +125,7 @@ def test_bad_emits_raise_in_the_caller_naming_component_stream_field(redis_url, 
     assert status.state == "completed"
     bad_task = component_tasks(r)["bad"][0]
     errs = r.lrange("t:errors", 0, -1)
-    assert len(errs) == 8 and "NO ERROR" not in errs, errs
+    assert len(errs) == 12 and "NO ERROR" not in errs, errs
     for i, e in enumerate(errs):
         assert "'bad'" in e, (i, e)  # every message names the component
     # wrong number of values: the stream and its declared fields
@@ -138,6 +138,11 @@ def test_bad_emits_raise_in_the_caller_naming_component_stream_field(redis_url, 
     assert "'targeted'" in errs[5] and "99999" in errs[5]  # emit_direct to a task not subscribed
     assert "'default'" in errs[6] and "direct" in errs[6]  # emit_direct on a non-direct stream
     assert "'targeted'" in errs[7] and str(bad_task) in errs[7]
+    # emitter(stream): the same checks as emit, the stream's errors when it is asked for
+    assert "'default'" in errs[8] and "'a'" in errs[8] and "'b'" in errs[8]
+    assert "'default'" in errs[9] and "'b'" in errs[9] and "object" in errs[9]
+    assert "'nope'" in errs[10]
+    assert "'targeted'" in errs[11] and "emit_direct" in errs[11]
     # Nothing went out, nothing was reported as a task error, the spout tuple was acked.
     assert r.llen("t:seen:sink") == 0
     assert status.errors == []

@@ -487,6 +487,10 @@ class BadEmitter(_Reporting, Bolt):
             lambda: self.emit_direct(99999, [1], stream="targeted"),   # 5 task not subscribed
             lambda: self.emit_direct(self.task, [1, 2]),               # 6 emit_direct, normal stream
             lambda: self.emit_direct(self.task, [1], stream="targeted"),  # 7 own task: not subscribed
+            lambda: self.emitter()([1]),                               # 8 emitter(): wrong number
+            lambda: self.emitter()([1, object()]),                     # 9 emitter(): not on the wire
+            lambda: self.emitter("nope"),                              # 10 emitter(): undeclared
+            lambda: self.emitter("targeted"),                          # 11 emitter(): direct stream
         ):
             try:
                 attempt()

@@ -227,6 +227,7 @@ class Bolt:
 
     emit = _unbound("emit")
     emit_direct = _unbound("emit_direct")
+    emitter = _unbound("emitter")
     ack = _unbound("ack")
     fail = _unbound("fail")
     reset_timeout = _unbound("reset_timeout")

@@ -247,6 +247,8 @@ class CoordinatedBolt(Bolt):
         self._last_attempt: TransactionAttempt | None = None
         self._user_emit = self.emit
         if self.emitter_of is not None:
+            self._row_emit = self.emitter()  # the batch's rows: the route resolved once per task
+        if self.emitter_of is not None:
             self.redis = _redis(conf)
             self.tx_id = self.tx_id or conf.get("topology.transactional.id") or context.topology_id
             self.emitter_of.open(conf)
@@ -317,10 +319,10 @@ class CoordinatedBolt(Bolt):
         """The emitter: one call emits this task's part of the batch (thousands of rows), so
         the per-row path is kept short: the wire form of the attempt is built once, and the
         per-task counts are summed here and handed to the tracker once, at the end."""
-        wired, user_emit, counts = wire(attempt), self._user_emit, {}
+        wired, emit, counts = wire(attempt), self._row_emit, {}
 
         def emit_row(row: list) -> None:
-            for t in user_emit([wired, *row]):  # unanchored: coord tuples track batches
+            for t in emit([wired, *row]):  # unanchored: coord tuples track batches
                 counts[t] = counts.get(t, 0) + 1
 
         try:

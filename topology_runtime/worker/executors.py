@@ -124,6 +124,7 @@ class BoltExecutor(BaseExecutor):
         # Bind the collector methods on the instance: user calls skip a frame.
         instance.emit = self.emit
         instance.emit_direct = self.emit_direct
+        instance.emitter = self.emitter
         # A BasicBolt's input is acked by the runtime after execute; an explicit ack on top would
         # XOR the same edge twice and the tree would never complete, so it is a no-op there.
         instance.ack = _ignore_ack if basic else self.ack
@@ -274,6 +275,23 @@ class BoltExecutor(BaseExecutor):
         targets = route.targets(values)
         self._send(route, values, targets, anchors)
         return targets
+
+    def emitter(self, stream: str = DEFAULT_STREAM) -> Callable[[list], list[int]]:
+        """``emit(values)`` for unanchored tuples on one stream, its route resolved once: for
+        a bolt emitting thousands of tuples in one execute (a transactional emitter's batch).
+        Same checks and routing as ``emit``, two calls fewer per tuple."""
+        route = self._route(stream, False)
+        fields, info, pick, task, component = route.fields, route.info, route.targets, self.task, self.component
+        deliver, stats = self.worker.deliver, self.stats
+
+        def emit(values) -> list[int]:
+            values = check_values(values, fields, component, stream)
+            targets = pick(values)
+            for t in targets:
+                deliver(t, values, info, task, None)
+            stats.emitted += 1
+            return targets
+        return emit
 
     def emit_direct(self, task: int, values, anchors=None, stream: str = DEFAULT_STREAM) -> list[int]:
         route = self._route(stream, True)
