@@ -248,7 +248,6 @@ class CoordinatedBolt(Bolt):
         self._user_emit = self.emit
         if self.emitter_of is not None:
             self._row_emit = self.emitter()  # the batch's rows: the route resolved once per task
-        if self.emitter_of is not None:
             self.redis = _redis(conf)
             self.tx_id = self.tx_id or conf.get("topology.transactional.id") or context.topology_id
             self.emitter_of.open(conf)
