@@ -134,25 +134,23 @@ class ValueMap:
         (a missing value counts as 0), without reading the values back into Python: a commit
         of thousands of keys costs one call. Opaque maps take the ``multi_update`` path.
         Returns how many keys changed."""
-        items = list(deltas.items())
-        vals = [d for _, d in items]
+        keys, vals = list(deltas), list(deltas.values())  # C-level copies: no per-key Python
         # Checked in C (a set of types, min and max, and a sum that is NaN if any value is, which
         # min and max would pass); the per-key loop only names the bad key.
         if vals and not (set(map(type, vals)) <= {int, float} and -_COUNT_LIMIT < min(vals)
                          and max(vals) < _COUNT_LIMIT and (t := sum(vals)) == t):
-            for k, d in items:
+            for k, d in zip(keys, vals):
                 if type(d) not in (int, float) or not -_COUNT_LIMIT < d < _COUNT_LIMIT:
                     raise ValueError(f"multi_add: delta for key {k!r} must be an int or float below 2**53 in "
                                      f"size, got {d!r}")
         if self.opaque:
-            return len(self.multi_update(txid, {k: (lambda v, d=d: (v or 0) + d) for k, d in items}))
-        if not items:
+            return len(self.multi_update(txid, {k: (lambda v, d=d: (v or 0) + d) for k, d in zip(keys, vals)}))
+        if not keys:
             return 0
-        pack_key = msgpack.Packer(use_bin_type=True).pack
         try:
-            fields = [pack_key(k) for k, _ in items]  # one packer for the batch, not one per key
+            fields = list(map(msgpack.Packer(use_bin_type=True).pack, keys))  # one packer for the batch
         except (TypeError, ValueError, OverflowError):
-            fields = [dumps(k, "key", k) for k, _ in items]  # raises naming the key at fault
+            fields = [dumps(k, "key", k) for k in keys]  # raises naming the key at fault
         args = [txid, msgpack.packb(vals), msgpack.packb(fields, use_bin_type=False)]  # str type: Redis's cmsgpack lacks bin
         try:
             return int(self._add_script(keys=[self.key], args=args))
@@ -160,7 +158,7 @@ class ValueMap:
             if "non-numeric" not in str(e):
                 raise
             i = int(str(e).split("field ", 1)[1].split(" ", 1)[0]) - 1
-            raise ValueError(f"multi_add: key {items[i][0]!r} in {self.key!r} holds a non-numeric value; "
+            raise ValueError(f"multi_add: key {keys[i]!r} in {self.key!r} holds a non-numeric value; "
                              "nothing of this batch was written") from None
 
     @property

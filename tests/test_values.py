@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import redis
 
+from state.serializer import StateSerializationError
 from state.values import OpaqueValue, TransactionalValue, ValueMap
 
 
@@ -68,6 +69,10 @@ def test_multi_add_counts_once_per_txid_and_matches_multi_update(redis_url):
     assert m.multi_add(4, {}) == 0
 
 
+class Opaque:
+    """A key type the wire cannot carry."""
+
+
 def test_multi_add_rejects_bad_input_naming_the_key_and_writes_nothing(redis_url):
     client = redis.Redis.from_url(redis_url)
     m = ValueMap(client, "added-bad")
@@ -80,6 +85,9 @@ def test_multi_add_rejects_bad_input_naming_the_key_and_writes_nothing(redis_url
     assert m.get(["a"])["a"] is None  # nothing of the failed batch was written
     with pytest.raises(ValueError, match="2\\*\\*53"):
         m.multi_add(2, {"a": 2**60})
+    with pytest.raises(StateSerializationError, match="key.*Opaque.*cannot be serialized"):  # a key msgpack cannot carry
+        m.multi_add(2, {"a": 1, Opaque(): 1})
+    assert m.get(["a"])["a"] is None
 
 
 def test_multi_add_on_an_opaque_map_follows_the_opaque_rule(redis_url):
