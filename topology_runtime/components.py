@@ -228,6 +228,8 @@ class Bolt:
     emit = _unbound("emit")
     emit_direct = _unbound("emit_direct")
     emitter = _unbound("emitter")
+    router = _unbound("router")
+    chunk_emitter = _unbound("chunk_emitter")
     ack = _unbound("ack")
     fail = _unbound("fail")
     reset_timeout = _unbound("reset_timeout")

@@ -6,7 +6,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..builder import Topology, TopologyBuilder
-from .runtime import BATCH_STREAM, COMMIT_STREAM, COORD_STREAM, CoordinatedBolt, CoordinatorSpout, is_committer
+from .runtime import (
+    BATCH_STREAM,
+    COMMIT_STREAM,
+    COORD_STREAM,
+    ROWS_STREAM,
+    CoordinatedBolt,
+    CoordinatorSpout,
+    is_committer,
+)
 
 
 class _Declarer:
@@ -65,11 +73,19 @@ class TransactionalTopologyBuilder:
         emitter = CoordinatedBolt(None, [], downstream.get(self.spout_id, []), False, emitter_of=self.spout,
                                   tx_id=self.topology_id)
         b.set_bolt(self.spout_id, emitter, self.spout_parallelism).all_grouping(coord, stream=BATCH_STREAM)
-        for bid, (bolt, par, committer) in self._bolts.items():
-            wrapper = CoordinatedBolt(bolt, sources[bid], downstream.get(bid, []), committer)
+        wrappers = {self.spout_id: emitter}
+        for bid, (bolt, _, committer) in self._bolts.items():
+            wrappers[bid] = CoordinatedBolt(bolt, sources[bid], downstream.get(bid, []), committer)
+        for bid, (_, par, committer) in self._bolts.items():
+            wrapper = wrappers[bid]
             d = b.set_bolt(bid, wrapper, par)
             for kind, comp, args, kw in self._inputs[bid]:
                 getattr(d, kind)(comp, *args, **kw)
+                src = wrappers.get(comp)
+                if kw.get("stream", "default") == "default" and src is not None and ROWS_STREAM in src.outputs:
+                    # the source's default-stream tuples arrive as row chunks, sent to this task directly
+                    wrapper.source_fields[comp] = list(src.outputs["default"])
+                    d.direct_grouping(comp, stream=ROWS_STREAM)
             for s in sources[bid]:
                 d.direct_grouping(s, stream=COORD_STREAM)
             if committer:

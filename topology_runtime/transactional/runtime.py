@@ -11,7 +11,7 @@ from typing import Any
 
 import redis
 
-from ..components import Bolt, Spout, Stream, Tuple
+from ..components import Bolt, Spout, Stream, StreamInfo, Tuple
 from ..faults import maybe_crash
 from ..reliability.coordinated import NOTHING, CoordinatedTracker
 from ..reliability.transactional import (
@@ -31,6 +31,12 @@ log = logging.getLogger(__name__)
 
 COORD_STREAM = "$coord"
 BATCH_STREAM, COMMIT_STREAM = "batch", "commit"
+# A batch's default-stream tuples travel between coordinated bolts in chunks: one tuple
+# [attempt, rows] per target task per CHUNK_ROWS rows, each row a whole tuple's values. Routing
+# (the user's grouping) is still per row; the queue, transport, coordination tracking and acking
+# are per chunk, a fraction of a row's cost on a hop that carries thousands of rows per batch.
+ROWS_STREAM = "$rows"
+CHUNK_ROWS = 256
 
 
 def attempt_of(value: Any) -> TransactionAttempt:
@@ -236,6 +242,8 @@ class CoordinatedBolt(Bolt):
         self.outputs = {COORD_STREAM: Stream(["id", "count"], direct=True)}
         if fields:
             self.outputs["default"] = fields
+            self.outputs[ROWS_STREAM] = Stream(["id", "rows"], direct=True)
+        self.source_fields: dict[str, list[str]] = {}  # per source: its default stream's fields (set by the builder)
 
     def prepare(self, conf, context):
         self.conf, self.context = conf, context
@@ -246,8 +254,13 @@ class CoordinatedBolt(Bolt):
         self._last_wire: Any = None
         self._last_attempt: TransactionAttempt | None = None
         self._user_emit = self.emit
+        self._row_infos: dict[str, StreamInfo] = {}
+        self._chunks: dict[TransactionAttempt, dict[int, list]] = {}  # a batch bolt's unsent rows
+        self._rows_route = self._send_chunk = None
+        if "default" in self.outputs:
+            self._rows_route = self.router("default")  # the user's grouping, applied per row
+            self._send_chunk = self.chunk_emitter(ROWS_STREAM)
         if self.emitter_of is not None:
-            self._row_emit = self.emitter()  # the batch's rows: the route resolved once per task
             self.redis = _redis(conf)
             self.tx_id = self.tx_id or conf.get("topology.transactional.id") or context.topology_id
             self.emitter_of.open(conf)
@@ -258,15 +271,47 @@ class CoordinatedBolt(Bolt):
     # --- emits from the delegate (counted per target task for the coordination stream) --------
     def _counted_emit(self, attempt: TransactionAttempt):
         wired = wire(attempt)  # one list per batch, shared by its tuples (receivers never mutate values)
-        user_emit, emitted = self._user_emit, self.tracker.emitted
+        user_emit, emitted, route = self._user_emit, self.tracker.emitted, self._rows_route
+        chunks = self._chunks.setdefault(attempt, {})
 
         def emit(values, anchors=None, stream="default"):
             first = values[0]
             values = [wired if first is attempt else wire(first), *values[1:]]  # a copy: the caller's list stays theirs
+            if stream == "default" and route is not None and values[0] == wired:
+                targets = route(values)  # rows wait in per-target chunks, sent when full or at finish
+                for t in targets:
+                    c = chunks.get(t)
+                    if c is None:
+                        chunks[t] = [values]
+                    else:
+                        c.append(values)
+                        if len(c) >= CHUNK_ROWS:
+                            self._send_chunk(t, wired, c)
+                            emitted(attempt, (t,))
+                            chunks[t] = []
+                return targets
             targets = user_emit(values, stream=stream)  # unanchored: coord tuples track batches
             emitted(attempt, targets)
             return targets
         return emit
+
+    def _flush_chunks(self, attempt: TransactionAttempt) -> None:
+        """Send a batch's partly filled chunks (before its counts go downstream)."""
+        chunks = self._chunks.pop(attempt, None)
+        if chunks:
+            wired, emitted = wire(attempt), self.tracker.emitted
+            for t, rows in chunks.items():
+                if rows:
+                    self._send_chunk(t, wired, rows)
+                    emitted(attempt, (t,))
+
+    def _row_info(self, tup: Tuple) -> StreamInfo:
+        """The stream a chunk's rows show their bolt: the source's default stream."""
+        src = tup.info.component
+        info = self._row_infos.get(src)
+        if info is None:
+            info = self._row_infos[src] = StreamInfo(tup.info.sid, src, "default", self.source_fields.get(src) or [])
+        return info
 
     def _batch(self, attempt: TransactionAttempt):
         b = self.batches.get(attempt)
@@ -281,6 +326,7 @@ class CoordinatedBolt(Bolt):
         if tup.is_tick():
             for f in self.tracker.tick():
                 self.batches.pop(f.id, None)
+                self._chunks.pop(f.id, None)
                 for t in f.fail:
                     self.fail(t)
             return
@@ -290,9 +336,22 @@ class CoordinatedBolt(Bolt):
         else:
             attempt = self._last_attempt = attempt_of(first)
             self._last_wire = wire(attempt)
-        if tup.stream == COORD_STREAM:
+        stream = tup.info.stream
+        if stream == ROWS_STREAM:
+            batch = self._batch(attempt)
+            info, src, execute = self._row_info(tup), tup.source_task, batch.execute
+            try:
+                for row in tup.values[1]:
+                    execute(Tuple([attempt, *row[1:]], info, src, None))
+            except Exception:
+                self._apply(self.tracker.regular_failed(attempt))
+                raise
+            f = self.tracker.regular_acked(attempt)
+            if f is NOTHING or not self._apply(f, anchor=tup):
+                self.ack(tup)
+        elif stream == COORD_STREAM:
             self._apply(self.tracker.coord(attempt, int(tup.values[1]), tup))
-        elif self.id_stream and tup.stream == COMMIT_STREAM:
+        elif self.id_stream and stream == COMMIT_STREAM:
             self._apply(self.tracker.id_tuple(attempt, tup))
         elif self.emitter_of is not None:
             try:
@@ -318,14 +377,29 @@ class CoordinatedBolt(Bolt):
         """The emitter: one call emits this task's part of the batch (thousands of rows), so
         the per-row path is kept short: the wire form of the attempt is built once, and the
         per-task counts are summed here and handed to the tracker once, at the end."""
-        wired, emit, counts = wire(attempt), self._row_emit, {}
+        wired, route, send, chunks, counts = wire(attempt), self._rows_route, self._send_chunk, {}, {}
+        if route is None:
+            raise ValueError(f"transactional spout of {self.context.component_id!r} declares no fields")
 
         def emit_row(row: list) -> None:
-            for t in emit([wired, *row]):  # unanchored: coord tuples track batches
-                counts[t] = counts.get(t, 0) + 1
+            values = [wired, *row]
+            for t in route(values):  # the user's grouping; the row waits in its target's chunk
+                c = chunks.get(t)
+                if c is None:
+                    chunks[t] = [values]
+                else:
+                    c.append(values)
+                    if len(c) >= CHUNK_ROWS:
+                        send(t, wired, c)
+                        counts[t] = counts.get(t, 0) + 1
+                        chunks[t] = []
 
         try:
             self._emit_batch_rows(attempt, tup, emit_row)
+            for t, c in chunks.items():
+                if c:
+                    send(t, wired, c)
+                    counts[t] = counts.get(t, 0) + 1
         finally:  # also on failure: what went out is counted (the batch fails either way)
             self.tracker.emitted_counts(attempt, counts)
 
@@ -394,6 +468,7 @@ class CoordinatedBolt(Bolt):
                 try:
                     b.finish_batch()
                 except Exception:
+                    self._chunks.pop(f.id, None)
                     f2 = self.tracker.finish_failed(f.id)
                     for t in f.ack + f2.fail:
                         self.fail(t)
@@ -404,10 +479,12 @@ class CoordinatedBolt(Bolt):
                 self.ack(t)
         for t in f.fail:
             self.batches.pop(f.id, None)
+            self._chunks.pop(f.id, None)
             self.fail(t)
         return False
 
     def _finished(self, f, anchor: Tuple | None) -> None:
+        self._flush_chunks(f.id)  # counted before the counts are read
         held = [t for t in f.ack if t is not anchor]
         anchors = [t for t in ([anchor] if anchor is not None else []) + held]
         for task, n in f.counts.items():  # read after finish_batch: its emits count
@@ -440,6 +517,7 @@ class CoordinatedBolt(Bolt):
                 except Exception as e:  # noqa: BLE001 - a bad emit fails the batch, as inline
                     error = e
             if error is not None:  # fail what was held: the coordinator replays the batch
+                self._chunks.pop(f.id, None)
                 f2 = self.tracker.finish_failed(f.id)
                 self.tracker.done(f.id)
                 for t in f.ack + f2.fail + ([anchor] if anchor is not None else []):

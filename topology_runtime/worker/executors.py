@@ -125,6 +125,8 @@ class BoltExecutor(BaseExecutor):
         instance.emit = self.emit
         instance.emit_direct = self.emit_direct
         instance.emitter = self.emitter
+        instance.router = self.router
+        instance.chunk_emitter = self.chunk_emitter
         # A BasicBolt's input is acked by the runtime after execute; an explicit ack on top would
         # XOR the same edge twice and the tree would never complete, so it is a no-op there.
         instance.ack = _ignore_ack if basic else self.ack
@@ -291,6 +293,34 @@ class BoltExecutor(BaseExecutor):
                 deliver(t, values, info, task, None)
             stats.emitted += 1
             return targets
+        return emit
+
+    def router(self, stream: str = DEFAULT_STREAM) -> Callable[[list], list[int]]:
+        """``targets(values)``: the tasks an emit of ``values`` on ``stream`` would go to, with the
+        same checks as ``emit``, sending nothing. For a bolt that groups many tuples per target and
+        sends each group as one tuple (a transactional batch's rows: see ``chunk_emitter``)."""
+        route = self._route(stream, False)
+        fields, pick, component = route.fields, route.targets, self.component
+
+        def targets(values) -> list[int]:
+            return pick(check_values(values, fields, component, stream))
+        return targets
+
+    def chunk_emitter(self, stream: str) -> Callable[[int, list, list], None]:
+        """``emit(task, head, rows)`` on a direct ``stream`` of fields ``[head, rows]``, unanchored:
+        many tuples as one. Each row was checked by ``router`` and ``head`` must be a short flat
+        list (a transactional attempt), so the chunk is not walked again here."""
+        route = self._route(stream, True)
+        info, subscribers, deliver, stats, me = route.info, route.direct_targets, self.worker.deliver, self.stats, self.task
+        if len(route.fields) != 2:
+            raise EmitError(f"component {self.component!r} stream {stream!r}: a chunk stream has two fields "
+                            f"(head, rows), this one declares {route.fields}")
+
+        def emit(task: int, head: list, rows: list) -> None:
+            if task not in subscribers:
+                self._direct_target(route, task, stream)  # raises, naming the subscribers
+            stats.emitted += 1
+            deliver(task, [head, rows], info, me, None)
         return emit
 
     def emit_direct(self, task: int, values, anchors=None, stream: str = DEFAULT_STREAM) -> list[int]:
