@@ -125,7 +125,7 @@ def test_bad_emits_raise_in_the_caller_naming_component_stream_field(redis_url, 
     assert status.state == "completed"
     bad_task = component_tasks(r)["bad"][0]
     errs = r.lrange("t:errors", 0, -1)
-    assert len(errs) == 12 and "NO ERROR" not in errs, errs
+    assert len(errs) == 17 and "NO ERROR" not in errs, errs
     for i, e in enumerate(errs):
         assert "'bad'" in e, (i, e)  # every message names the component
     # wrong number of values: the stream and its declared fields
@@ -143,6 +143,13 @@ def test_bad_emits_raise_in_the_caller_naming_component_stream_field(redis_url, 
     assert "'default'" in errs[9] and "'b'" in errs[9] and "object" in errs[9]
     assert "'nope'" in errs[10]
     assert "'targeted'" in errs[11] and "emit_direct" in errs[11]
+    # router(stream) and chunk_emitter(stream): the checks of emit and emit_direct, and a chunk
+    # stream's shape
+    assert "'default'" in errs[12] and "'a'" in errs[12] and "'b'" in errs[12]
+    assert "'targeted'" in errs[13] and "emit_direct" in errs[13]
+    assert "'default'" in errs[14] and "direct" in errs[14]
+    assert "'targeted'" in errs[15] and "two fields" in errs[15] and "['a']" in errs[15]
+    assert "'chunks'" in errs[16] and "99999" in errs[16]
     # Nothing went out, nothing was reported as a task error, the spout tuple was acked.
     assert r.llen("t:seen:sink") == 0
     assert status.errors == []

@@ -472,7 +472,8 @@ class DirectSender(_Reporting, Bolt):
 class BadEmitter(_Reporting, Bolt):
     """Tries bad emits and records the message of each exception (or "NO ERROR")."""
 
-    outputs = {"default": ["a", "b"], "targeted": Stream(["a"], direct=True)}
+    outputs = {"default": ["a", "b"], "targeted": Stream(["a"], direct=True),
+               "chunks": Stream(["head", "rows"], direct=True)}
 
     def prepare(self, conf, context):
         self._setup(conf, context)
@@ -491,6 +492,11 @@ class BadEmitter(_Reporting, Bolt):
             lambda: self.emitter()([1, object()]),                     # 9 emitter(): not on the wire
             lambda: self.emitter("nope"),                              # 10 emitter(): undeclared
             lambda: self.emitter("targeted"),                          # 11 emitter(): direct stream
+            lambda: self.router()([1]),                                # 12 router(): wrong number
+            lambda: self.router("targeted"),                           # 13 router(): direct stream
+            lambda: self.chunk_emitter("default"),                     # 14 chunk_emitter(): not direct
+            lambda: self.chunk_emitter("targeted"),                    # 15 chunk_emitter(): not 2 fields
+            lambda: self.chunk_emitter("chunks")(99999, [1], [[1]]),   # 16 chunk_emitter(): not subscribed
         ):
             try:
                 attempt()

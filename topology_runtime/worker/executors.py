@@ -319,7 +319,7 @@ class BoltExecutor(BaseExecutor):
         def emit(task: int, head: list, rows: list) -> None:
             if task not in subscribers:
                 self._direct_target(route, task, stream)  # raises, naming the subscribers
-            stats.emitted += 1
+            stats.emitted += len(rows)  # the user's tuples, as if emitted one by one
             deliver(task, [head, rows], info, me, None)
         return emit
 

@@ -1,0 +1,146 @@
+"""A transactional batch's default-stream tuples travel between coordinated bolts as per-target
+row chunks (CHUNK_ROWS rows per tuple). Batches here are several chunks long, so chunks fill and
+flush mid-batch (emitter rows, a batch bolt emitting in execute) and at finish, under shuffle,
+fields, all and global groupings; every grouping must still be applied per row, every bolt must
+see the rows as plain tuples of its source's default stream, and the counts must be exact. Bad
+rows are rejected naming the component, stream and field, and nothing of their batch commits."""
+
+from __future__ import annotations
+
+import random
+
+import redis
+
+from examples.transactional_count import KeyedCount, UpdateWordCounts
+from state.values import ValueMap
+from topology_runtime import LocalCluster
+from topology_runtime.local_cluster import wait_for
+from topology_runtime.transactional import (
+    BatchBolt,
+    Committer,
+    MemoryTransactionalSpout,
+    TransactionalTopologyBuilder,
+)
+from topology_runtime.transactional.runtime import CHUNK_ROWS
+
+
+class Split(BatchBolt):
+    """Emits one tuple per input while executing (not at finish): chunks fill mid-batch."""
+
+    outputs = ["tx", "word", "n"]
+
+    def prepare(self, conf, context, batch_id):
+        self.id = batch_id
+
+    def execute(self, tup):
+        self.emit([self.id, tup["word"], 1])
+
+
+class RowCount(BatchBolt):
+    """Counts the rows it sees and checks they look like tuples of the spout's default stream."""
+
+    outputs = ["tx", "who", "n"]
+
+    def prepare(self, conf, context, batch_id):
+        self.id, self.n, self.task = batch_id, 0, context.task_index
+        self.name = f"{context.component_id}-{self.task}"
+
+    def execute(self, tup):
+        if not (tup.stream == "default" and tup.source_component == "spout" and tup.fields == ["tx", "word"]
+                and tup[0] == self.id and isinstance(tup["word"], str)):
+            raise AssertionError(f"a row arrived as {tup!r} ({tup.fields})")  # fails the batch: the run times out
+        self.n += 1
+
+    def finish_batch(self):
+        self.emit([self.id, self.name, self.n])
+
+
+class SaveTotals(BatchBolt, Committer):
+    def prepare(self, conf, context, batch_id):
+        self.id, self.totals = batch_id, {}
+        self.values = ValueMap(redis.Redis.from_url(conf["redis.url"]), "chunk-totals")
+
+    def execute(self, tup):
+        self.totals[tup["who"]] = self.totals.get(tup["who"], 0) + tup["n"]
+
+    def finish_batch(self):
+        self.values.multi_add(self.id.txid, self.totals)
+
+
+def test_row_chunks_keep_groupings_and_counts_exact(redis_url):
+    rows_per_partition, take = 1500, 700  # 3 batches; up to 1,400 rows per emitter task per batch
+    rng = random.Random(11)
+    vocab = [f"w{i}" for i in range(40)]
+    data = {p: [[rng.choice(vocab)] for _ in range(rows_per_partition)] for p in range(3)}
+    truth: dict[str, int] = {}
+    for part in data.values():
+        for (w,) in part:
+            truth[w] = truth.get(w, 0) + 1
+    total = 3 * rows_per_partition
+    assert take * 2 > 2 * CHUNK_ROWS  # an emitter task's rows for one target span several chunks
+
+    b = TransactionalTopologyBuilder("chunks", "spout", MemoryTransactionalSpout(data, ["word"], take), 2)
+    b.set_bolt("split", Split(), 2).shuffle_grouping("spout")
+    b.set_bolt("count", KeyedCount(), 2).fields_grouping("split", ["word"])
+    b.set_committer_bolt("update", UpdateWordCounts(), 2).fields_grouping("count", ["word"])
+    b.set_bolt("every", RowCount(), 2).all_grouping("spout")
+    b.set_bolt("one", RowCount(), 1).global_grouping("spout")
+    b.set_committer_bolt("totals", SaveTotals(), 1).global_grouping("every").global_grouping("one")
+    client = redis.Redis.from_url(redis_url)
+    client.delete("word-counts", "chunk-totals")
+    with LocalCluster(workers=2) as cluster:
+        status = cluster.run("chunks", b.create_topology(), {"redis.url": redis_url, "topology.max.spout.pending": 2},
+                             timeout=120)
+    assert status.state == "completed" and status.errors == []
+    got = ValueMap(client, "word-counts").get(list(truth))
+    assert {w: v.value for w, v in got.items()} == truth
+    totals = ValueMap(client, "chunk-totals").get(["every-0", "every-1", "one-0"])
+    assert {k: v.value for k, v in totals.items()} == {"every-0": total, "every-1": total, "one-0": total}
+    # The metrics count the user's tuples, not the chunks that carried them.
+    emitted = {name: c.emitted for name, c in status.components.items()}
+    assert emitted["spout"] >= total * 4  # each row to split, every (x2) and one
+
+
+class BadRows(MemoryTransactionalSpout):
+    """Partition 1's second batch holds a row the stream cannot carry."""
+
+    def __init__(self, data, take, bad):
+        super().__init__(data, ["word"], take)
+        self.bad = bad
+
+    def emit_partition_batch_new(self, tx, emit, partition, last_meta):
+        meta = super().emit_partition_batch_new(tx, emit, partition, last_meta)
+        if partition == 1 and meta[0] >= self.take:
+            emit(self.bad)
+        return meta
+
+
+def _run_bad(redis_url, name: str, bad) -> tuple[list[str], dict]:
+    data = {p: [[f"w{i % 7}"] for i in range(600)] for p in range(2)}
+    b = TransactionalTopologyBuilder(name, "spout", BadRows(data, 300, bad), 1)
+    b.set_bolt("count", KeyedCount(), 2).fields_grouping("spout", ["word"])
+    b.set_committer_bolt("update", UpdateWordCounts(), 1).fields_grouping("count", ["word"])
+    client = redis.Redis.from_url(redis_url)
+    key = f"counts-{name}"
+    client.delete(key)
+    with LocalCluster(workers=1) as cluster:
+        run = cluster.submit(name, b.create_topology(), {"redis.url": redis_url, "count.key": key})
+        try:
+            assert wait_for(lambda: run.status().errors, timeout=60)
+            errors = [e["error"] for e in run.status().errors]
+        finally:
+            run.kill(timeout=30)
+    got = ValueMap(client, key).get([f"w{i}" for i in range(7)])
+    return errors, {w: v.value for w, v in got.items() if v is not None}
+
+
+def test_bad_row_names_component_stream_and_field_and_its_batch_never_commits(redis_url):
+    errors, counts = _run_bad(redis_url, "badrow-len", ["w1", "extra"])
+    assert any("component 'spout' stream 'default': emitted 3 value(s) but the stream declares 2 field(s)"
+               in e for e in errors), errors
+    # The first batch (300 rows per partition) committed; the second, with the bad row, never did.
+    assert sum(counts.values()) == 600
+
+    errors, counts = _run_bad(redis_url, "badrow-type", [object()])
+    assert any("component 'spout' stream 'default' field 'word': object value" in e for e in errors), errors
+    assert sum(counts.values()) == 600
