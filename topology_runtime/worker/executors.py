@@ -315,6 +315,7 @@ class BoltExecutor(BaseExecutor):
         if len(route.fields) != 2:
             raise EmitError(f"component {self.component!r} stream {stream!r}: a chunk stream has two fields "
                             f"(head, rows), this one declares {route.fields}")
+        self.worker.send_now_sids.add(info.sid)  # a chunk goes to its peer at once
 
         def emit(task: int, head: list, rows: list) -> None:
             if task not in subscribers:

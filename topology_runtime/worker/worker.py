@@ -127,6 +127,9 @@ class Worker:
             info.sid for info in plan.streams
             if info.component in plan.topology.components
             and info.stream in getattr(plan.spec(info.component).template, "priority_streams", ()))
+        # Streams whose tuples leave for their peer at once, with what is batched for it: priority
+        # tuples, and chunks (one tuple carrying hundreds: no reason to wait for batch_size more).
+        self.send_now_sids: set[int] = set(self.priority_sids)
         self.off_loop_runners: dict[int, SerialRunner] = {}
         self.off_loop_inflight = 0
 
@@ -168,8 +171,8 @@ class Worker:
             ob = self.outbox[w] = [[], [], [], [], [], []]
         data = ob[DATA]
         data.append((task, src, info.sid, values, anchors))
-        if len(data) >= self.batch_size or info.sid in self.priority_sids:
-            self._send_peer(w)  # a priority tuple leaves now, not after this iteration's queue drain
+        if len(data) >= self.batch_size or info.sid in self.send_now_sids:
+            self._send_peer(w)  # leaves now, not after this iteration's queue drain
 
     def run_off_loop(self, task: int, fn, on_done: OnDone) -> None:
         """Run ``fn()`` on ``task``'s own thread (its calls in submission order); ``on_done(result,
