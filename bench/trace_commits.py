@@ -62,6 +62,8 @@ def _instrument(bench) -> None:
 
 
 STAGES = {  # name: (from event, to event); "next" is the next txid's commit emit
+    "batch emitted -> processed (its tree acked)": ("B_EMIT", "BACK"),
+    "processed -> its commit emitted": ("BACK", "C_EMIT"),
     "commit emitted -> finish_batch starts": ("C_EMIT", "FB0"),
     "finish_batch start -> multi_add (the sink's delay)": ("FB0", "MA0"),
     "multi_add": ("MA0", "MA1"),
@@ -85,6 +87,7 @@ def summarise(path: str) -> None:
         first: dict[int, dict] = collections.defaultdict(dict)
         for t, ev, tx in run:
             if ev == "ACK":
+                first[tx].setdefault("BACK", t)  # the first ack of a txid is its batch's
                 first[tx]["CACK"] = t  # the last ack of a txid is its commit's
             else:
                 first[tx].setdefault(ev, t)

@@ -275,3 +275,9 @@ def test_templates_are_copied_per_instance():
     one.seen.append(1)
     assert two.seen == [] and tmpl.seen == []
     assert isinstance(one, Counter) and one is not tmpl
+
+
+def test_chunk_stream_declares_head_and_rows():
+    assert Stream(["head", "rows"], direct=True, chunk=True).chunk
+    with pytest.raises(ValueError, match=r"a chunk stream has two fields \(head, rows\), got \['rows'\]"):
+        Stream(["rows"], direct=True, chunk=True)

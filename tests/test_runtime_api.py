@@ -148,7 +148,7 @@ def test_bad_emits_raise_in_the_caller_naming_component_stream_field(redis_url, 
     assert "'default'" in errs[12] and "'a'" in errs[12] and "'b'" in errs[12]
     assert "'targeted'" in errs[13] and "emit_direct" in errs[13]
     assert "'default'" in errs[14] and "direct" in errs[14]
-    assert "'targeted'" in errs[15] and "two fields" in errs[15] and "['a']" in errs[15]
+    assert "'targeted'" in errs[15] and "not a chunk stream" in errs[15] and "['a']" in errs[15]
     assert "'chunks'" in errs[16] and "99999" in errs[16]
     # Nothing went out, nothing was reported as a task error, the spout tuple was acked.
     assert r.llen("t:seen:sink") == 0

@@ -473,7 +473,7 @@ class BadEmitter(_Reporting, Bolt):
     """Tries bad emits and records the message of each exception (or "NO ERROR")."""
 
     outputs = {"default": ["a", "b"], "targeted": Stream(["a"], direct=True),
-               "chunks": Stream(["head", "rows"], direct=True)}
+               "chunks": Stream(["head", "rows"], direct=True, chunk=True)}
 
     def prepare(self, conf, context):
         self._setup(conf, context)
@@ -495,7 +495,7 @@ class BadEmitter(_Reporting, Bolt):
             lambda: self.router()([1]),                                # 12 router(): wrong number
             lambda: self.router("targeted"),                           # 13 router(): direct stream
             lambda: self.chunk_emitter("default"),                     # 14 chunk_emitter(): not direct
-            lambda: self.chunk_emitter("targeted"),                    # 15 chunk_emitter(): not 2 fields
+            lambda: self.chunk_emitter("targeted"),                    # 15 chunk_emitter(): not a chunk stream
             lambda: self.chunk_emitter("chunks")(99999, [1], [[1]]),   # 16 chunk_emitter(): not subscribed
         ):
             try:

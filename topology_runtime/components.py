@@ -22,14 +22,19 @@ class FailedException(Exception):
 class Stream:
     """An output stream declaration, where a plain field list is not enough."""
 
-    __slots__ = ("fields", "direct")
+    __slots__ = ("fields", "direct", "chunk")
 
-    def __init__(self, fields: Sequence[str], direct: bool = False) -> None:
+    def __init__(self, fields: Sequence[str], direct: bool = False, chunk: bool = False) -> None:
+        """``chunk``: each tuple is ``[head, rows]`` and stands for ``len(rows)`` tuples (see
+        ``Bolt.chunk_emitter``); workers weigh it by its rows when they share out their time."""
         self.fields = list(fields)
         self.direct = bool(direct)
+        self.chunk = bool(chunk)
+        if self.chunk and len(self.fields) != 2:
+            raise ValueError(f"a chunk stream has two fields (head, rows), got {self.fields}")
 
     def __repr__(self) -> str:
-        return f"Stream({self.fields!r}, direct={self.direct})"
+        return f"Stream({self.fields!r}, direct={self.direct}, chunk={self.chunk})"
 
 
 def declared_streams(component: Any, component_id: str = "?") -> dict[str, Stream]:
@@ -66,14 +71,15 @@ def declared_streams(component: Any, component_id: str = "?") -> dict[str, Strea
 class StreamInfo:
     """Shared, per (component, stream) description every tuple of that stream points at."""
 
-    __slots__ = ("sid", "component", "stream", "fields", "index")
+    __slots__ = ("sid", "component", "stream", "fields", "index", "chunk")
 
-    def __init__(self, sid: int, component: str, stream: str, fields: Sequence[str]) -> None:
+    def __init__(self, sid: int, component: str, stream: str, fields: Sequence[str], chunk: bool = False) -> None:
         self.sid = sid
         self.component = component
         self.stream = stream
         self.fields = list(fields)
         self.index = {f: i for i, f in enumerate(self.fields)}
+        self.chunk = chunk
 
 
 TICK_INFO = StreamInfo(-1, SYSTEM_COMPONENT, TICK_STREAM, [])

@@ -115,7 +115,7 @@ def build_plan(topology: Topology, conf: dict[str, Any], workers: int | None = N
     for cid, spec in topology.components.items():
         for sname, s in spec.streams.items():
             sid = len(streams)
-            streams.append(StreamInfo(sid, cid, sname, s.fields))
+            streams.append(StreamInfo(sid, cid, sname, s.fields, chunk=s.chunk))
             stream_ids[(cid, sname)] = sid
 
     checkpoint_inputs: dict[str, int] = {}

@@ -242,7 +242,7 @@ class CoordinatedBolt(Bolt):
         self.outputs = {COORD_STREAM: Stream(["id", "count"], direct=True)}
         if fields:
             self.outputs["default"] = fields
-            self.outputs[ROWS_STREAM] = Stream(["id", "rows"], direct=True)
+            self.outputs[ROWS_STREAM] = Stream(["id", "rows"], direct=True, chunk=True)
         self.source_fields: dict[str, list[str]] = {}  # per source: its default stream's fields (set by the builder)
 
     def prepare(self, conf, context):

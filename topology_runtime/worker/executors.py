@@ -312,10 +312,9 @@ class BoltExecutor(BaseExecutor):
         list (a transactional attempt), so the chunk is not walked again here."""
         route = self._route(stream, True)
         info, subscribers, deliver, stats, me = route.info, route.direct_targets, self.worker.deliver, self.stats, self.task
-        if len(route.fields) != 2:
-            raise EmitError(f"component {self.component!r} stream {stream!r}: a chunk stream has two fields "
-                            f"(head, rows), this one declares {route.fields}")
-        self.worker.send_now_sids.add(info.sid)  # a chunk goes to its peer at once
+        if not info.chunk:
+            raise EmitError(f"component {self.component!r} stream {stream!r}: not a chunk stream (declare it "
+                            f"with Stream([head, rows], direct=True, chunk=True); it declares {route.fields})")
 
         def emit(task: int, head: list, rows: list) -> None:
             if task not in subscribers:

@@ -35,7 +35,8 @@ log = logging.getLogger("topology.worker")
 DATA, INIT, ACKS, FAILS, RESETS, OUTCOMES = range(6)
 SPOUT_CALLS_PER_ITERATION = 64
 QUEUE_BUDGET = 20000
-RESPONSIVE_EVERY = 256  # tuples between mid-drain looks outside the queue (a power of two)
+RESPONSIVE_EVERY = 256  # tuples between mid-drain looks outside the queue
+FLUSH_EVERY = 1024  # tuples between mid-drain flushes of this worker's own acks and batches
 PEER_WAIT_SECS = 120.0
 SUPERVISOR_SILENCE_SECS = 10.0
 
@@ -129,7 +130,8 @@ class Worker:
             and info.stream in getattr(plan.spec(info.component).template, "priority_streams", ()))
         # Streams whose tuples leave for their peer at once, with what is batched for it: priority
         # tuples, and chunks (one tuple carrying hundreds: no reason to wait for batch_size more).
-        self.send_now_sids: set[int] = set(self.priority_sids)
+        self.chunk_sids = frozenset(info.sid for info in plan.streams if info.chunk)
+        self.send_now_sids = self.priority_sids | self.chunk_sids
         self.off_loop_runners: dict[int, SerialRunner] = {}
         self.off_loop_inflight = 0
 
@@ -496,16 +498,23 @@ class Worker:
     def _drain_queue(self) -> None:
         q = self.queue
         pop = q.popleft
-        n = 0
+        n = 0  # tuples run, a chunk counting as its rows
+        look, flush = RESPONSIVE_EVERY, FLUSH_EVERY  # n at the next look outside / own flush
         finished = self.completed_calls
+        chunks = self.chunk_sids
         while q and n < QUEUE_BUDGET:
             ex, tup = pop()
             ex.process(tup)
-            n += 1
+            n += len(tup.values[1]) if tup.info.sid in chunks else 1
             if finished:  # a commit ended off the loop: its acks are the pipeline's critical path
                 self._run_completions()
-            if not (n & (RESPONSIVE_EVERY - 1)):
-                self._stay_responsive(not (n & 1023))
+            if n >= look:
+                look = n + RESPONSIVE_EVERY
+                if n >= flush:
+                    flush = n + FLUSH_EVERY
+                    self._stay_responsive(True)
+                else:
+                    self._stay_responsive(False)
 
     def _stay_responsive(self, flush: bool) -> None:
         """Mid-drain: a long drain must not hold back what waits outside the queue. Acks and
