@@ -64,7 +64,7 @@ def main(argv=None) -> int:
                    help="batches per run; the rate is measured over the middle two thirds")
     p.add_argument("--partitions", type=int, default=3, help="spout partitions")
     p.add_argument("--emitters", type=int, default=0, help="emitter tasks (default: one per partition)")
-    p.add_argument("--take", default="200,1000", help="rows per partition per batch, one table row set per value")
+    p.add_argument("--take", default="200,1000,3000", help="rows per partition per batch, one table row set per value")
     p.add_argument("--repeat", type=int, default=5, help="runs per configuration (interleaved); the median is reported")
     p.add_argument("--pending", default="1,2,4,8", help="max.spout.pending values (1 first: the baseline)")
     p.add_argument("--delays", default="0,20", help="extra ms per commit (0: the sink as is)")
