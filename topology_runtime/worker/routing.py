@@ -12,6 +12,7 @@ from ..plan import Plan
 from ..wire import field_hash
 
 Picker = Callable[[list], list]
+FIELDS_MEMO_KEYS = 65536
 
 
 def _cycle(tasks: list[int], seed: int) -> Callable[[], int]:
@@ -31,7 +32,22 @@ def make_picker(kind: str, tasks: list[int], field_idx: tuple[int, ...], local_t
         return lambda values: [nxt()]
     if kind == FIELDS:
         n = len(tasks)
-        return lambda values: [tasks[field_hash(values, field_idx) % n]]
+        if len(field_idx) != 1:
+            return lambda values: [tasks[field_hash(values, field_idx) % n]]
+        (i,) = field_idx
+        memo: dict[str, int] = {}  # str key -> task: the hash is the hot path of a keyed stream
+
+        def pick(values: list) -> list[int]:
+            v = values[i]
+            if type(v) is str:  # only str: equal keys of other types may hash differently (1, 1.0)
+                t = memo.get(v)
+                if t is None:
+                    if len(memo) >= FIELDS_MEMO_KEYS:
+                        memo.clear()  # bounded: a stream of ever-new keys costs a rehash, no memory
+                    t = memo[v] = tasks[field_hash(values, field_idx) % n]
+                return [t]
+            return [tasks[field_hash(values, field_idx) % n]]
+        return pick
     if kind == GLOBAL:
         lowest = [min(tasks)]
         return lambda values: lowest

@@ -1,0 +1,30 @@
+"""Fields grouping's picker: the same task for the same key in every process, memo or not."""
+
+from __future__ import annotations
+
+from topology_runtime.builder import FIELDS
+from topology_runtime.wire import field_hash
+from topology_runtime.worker import routing
+
+
+def _plain(tasks, idx):
+    return lambda values: [tasks[field_hash(values, idx) % len(tasks)]]
+
+
+def test_fields_picker_memo_agrees_with_the_hash_for_every_key_type(monkeypatch):
+    monkeypatch.setattr(routing, "FIELDS_MEMO_KEYS", 50)  # the memo fills and is cleared many times
+    tasks = [7, 8, 9, 10, 11]
+    pick, plain = routing.make_picker(FIELDS, tasks, (1,), set(), 0), _plain(tasks, (1,))
+    keys = [f"w{i}" for i in range(400)] + list(range(200)) + [float(i) for i in range(50)] + [True, None, b"x", [1, "a"]]
+    for _ in range(2):  # the second pass is served by the memo where it holds the key
+        for k in keys:
+            assert pick([0, k]) == plain([0, k]), k
+    # equal keys of different types keep their own hash (1 == 1.0 == True, not the same bytes)
+    assert [pick([0, 1]), pick([0, 1.0]), pick([0, True])] == [plain([0, 1]), plain([0, 1.0]), plain([0, True])]
+
+
+def test_fields_picker_on_two_fields_hashes_both():
+    tasks = [1, 2, 3]
+    pick, plain = routing.make_picker(FIELDS, tasks, (0, 2), set(), 0), _plain(tasks, (0, 2))
+    for a in range(30):
+        assert pick([f"k{a}", "ignored", a]) == plain([f"k{a}", "other", a])
