@@ -21,7 +21,30 @@ from topology_runtime.transactional import (
     MemoryTransactionalSpout,
     TransactionalTopologyBuilder,
 )
-from topology_runtime.transactional.runtime import CHUNK_ROWS
+from topology_runtime.transactional.runtime import CHUNK_ROWS, RowChunks
+
+
+def test_row_chunks_fill_per_target_and_flush_the_rest():
+    """The plain class: each row goes to the targets its route names; a chunk leaves at
+    CHUNK_ROWS rows, the rest at flush; ``sent`` counts chunks per task."""
+    sent: list[tuple[int, list, int]] = []
+    head = [5, 77]
+
+    def route(values):  # even rows to task 1, odd rows to tasks 1 and 2 (an all-grouped row)
+        return [1] if values[1] % 2 == 0 else [1, 2]
+
+    rows = RowChunks(route, lambda task, h, chunk: sent.append((task, h, list(chunk))), head)
+    n = 2 * CHUNK_ROWS + 10
+    for i in range(n):
+        assert rows.add([head, i]) == route([head, i])
+    assert [(t, len(c)) for t, _, c in sent] == [(1, CHUNK_ROWS), (1, CHUNK_ROWS), (2, CHUNK_ROWS)]
+    counts = rows.flush()
+    assert counts == {1: 3, 2: 2} and all(h is head for _, h, _ in sent)
+    got: dict[int, list[int]] = {}
+    for t, _, chunk in sent:
+        got.setdefault(t, []).extend(v[1] for v in chunk)
+    assert got == {1: list(range(n)), 2: [i for i in range(n) if i % 2]}  # every row once per target, in order
+    assert rows.flush() == counts and len(sent) == 5  # nothing left to send
 
 
 class Split(BatchBolt):

@@ -39,6 +39,45 @@ ROWS_STREAM = "$rows"
 CHUNK_ROWS = 256
 
 
+class RowChunks:
+    """One attempt's rows on their way to each target task: a chunk leaves when it holds
+    CHUNK_ROWS rows, the rest at ``flush``. ``sent`` counts the chunks per task (what the
+    coordination stream reports)."""
+
+    __slots__ = ("route", "send", "head", "chunks", "sent")
+
+    def __init__(self, route: Any, send: Any, head: list) -> None:
+        self.route, self.send, self.head = route, send, head
+        self.chunks: dict[int, list] = {}
+        self.sent: dict[int, int] = {}
+
+    def add(self, values: list) -> list[int]:
+        """Route one row by the user's grouping (checked as an emit) into its targets' chunks."""
+        targets = self.route(values)
+        chunks = self.chunks
+        for t in targets:
+            c = chunks.get(t)
+            if c is None:
+                chunks[t] = [values]
+            else:
+                c.append(values)
+                if len(c) >= CHUNK_ROWS:
+                    self._send(t, c)
+                    chunks[t] = []
+        return targets
+
+    def _send(self, task: int, rows: list) -> None:
+        self.send(task, self.head, rows)
+        self.sent[task] = self.sent.get(task, 0) + 1
+
+    def flush(self) -> dict[int, int]:
+        for t, c in self.chunks.items():
+            if c:
+                self._send(t, c)
+        self.chunks.clear()
+        return self.sent
+
+
 def attempt_of(value: Any) -> TransactionAttempt:
     if isinstance(value, TransactionAttempt):
         return value
@@ -255,7 +294,7 @@ class CoordinatedBolt(Bolt):
         self._last_attempt: TransactionAttempt | None = None
         self._user_emit = self.emit
         self._row_infos: dict[str, StreamInfo] = {}
-        self._chunks: dict[TransactionAttempt, dict[int, list]] = {}  # a batch bolt's unsent rows
+        self._chunks: dict[TransactionAttempt, RowChunks] = {}  # a batch bolt's rows not sent yet
         self._rows_route = self._send_chunk = None
         if "default" in self.outputs:
             self._rows_route = self.router("default")  # the user's grouping, applied per row
@@ -271,25 +310,19 @@ class CoordinatedBolt(Bolt):
     # --- emits from the delegate (counted per target task for the coordination stream) --------
     def _counted_emit(self, attempt: TransactionAttempt):
         wired = wire(attempt)  # one list per batch, shared by its tuples (receivers never mutate values)
-        user_emit, emitted, route = self._user_emit, self.tracker.emitted, self._rows_route
-        chunks = self._chunks.setdefault(attempt, {})
+        user_emit, emitted = self._user_emit, self.tracker.emitted
+        add_row = None
+        if self._rows_route is not None:
+            rows = self._chunks.get(attempt)
+            if rows is None:
+                rows = self._chunks[attempt] = RowChunks(self._rows_route, self._send_chunk, wired)
+            add_row = rows.add
 
         def emit(values, anchors=None, stream="default"):
             first = values[0]
             values = [wired if first is attempt else wire(first), *values[1:]]  # a copy: the caller's list stays theirs
-            if stream == "default" and route is not None and values[0] == wired:
-                targets = route(values)  # rows wait in per-target chunks, sent when full or at finish
-                for t in targets:
-                    c = chunks.get(t)
-                    if c is None:
-                        chunks[t] = [values]
-                    else:
-                        c.append(values)
-                        if len(c) >= CHUNK_ROWS:
-                            self._send_chunk(t, wired, c)
-                            emitted(attempt, (t,))
-                            chunks[t] = []
-                return targets
+            if stream == "default" and add_row is not None and values[0] == wired:
+                return add_row(values)  # rows wait in per-target chunks, sent when full or at finish
             targets = user_emit(values, stream=stream)  # unanchored: coord tuples track batches
             emitted(attempt, targets)
             return targets
@@ -297,13 +330,9 @@ class CoordinatedBolt(Bolt):
 
     def _flush_chunks(self, attempt: TransactionAttempt) -> None:
         """Send a batch's partly filled chunks (before its counts go downstream)."""
-        chunks = self._chunks.pop(attempt, None)
-        if chunks:
-            wired, emitted = wire(attempt), self.tracker.emitted
-            for t, rows in chunks.items():
-                if rows:
-                    self._send_chunk(t, wired, rows)
-                    emitted(attempt, (t,))
+        rows = self._chunks.pop(attempt, None)
+        if rows is not None:
+            self.tracker.emitted_counts(attempt, rows.flush())
 
     def _row_info(self, tup: Tuple) -> StreamInfo:
         """The stream a chunk's rows show their bolt: the source's default stream."""
@@ -337,19 +366,7 @@ class CoordinatedBolt(Bolt):
             attempt = self._last_attempt = attempt_of(first)
             self._last_wire = wire(attempt)
         stream = tup.info.stream
-        if stream == ROWS_STREAM:
-            batch = self._batch(attempt)
-            info, src, execute = self._row_info(tup), tup.source_task, batch.execute
-            try:
-                for row in tup.values[1]:
-                    execute(Tuple([attempt, *row[1:]], info, src, None))
-            except Exception:
-                self._apply(self.tracker.regular_failed(attempt))
-                raise
-            f = self.tracker.regular_acked(attempt)
-            if f is NOTHING or not self._apply(f, anchor=tup):
-                self.ack(tup)
-        elif stream == COORD_STREAM:
+        if stream == COORD_STREAM:
             self._apply(self.tracker.coord(attempt, int(tup.values[1]), tup))
         elif self.id_stream and stream == COMMIT_STREAM:
             self._apply(self.tracker.id_tuple(attempt, tup))
@@ -364,8 +381,14 @@ class CoordinatedBolt(Bolt):
             self._apply(self.tracker.regular_acked(attempt), anchor=tup)
             self.ack(tup)
         else:
+            batch = self._batch(attempt)
             try:
-                self._batch(attempt).execute(Tuple([attempt, *tup.values[1:]], tup.info, tup.source_task, tup.anchors))
+                if stream == ROWS_STREAM:  # a chunk: each row is one tuple of the source's default stream
+                    info, src, execute = self._row_info(tup), tup.source_task, batch.execute
+                    for row in tup.values[1]:
+                        execute(Tuple([attempt, *row[1:]], info, src, None))
+                else:
+                    batch.execute(Tuple([attempt, *tup.values[1:]], tup.info, tup.source_task, tup.anchors))
             except Exception:
                 self._apply(self.tracker.regular_failed(attempt))
                 raise
@@ -377,31 +400,20 @@ class CoordinatedBolt(Bolt):
         """The emitter: one call emits this task's part of the batch (thousands of rows), so
         the per-row path is kept short: the wire form of the attempt is built once, and the
         per-task counts are summed here and handed to the tracker once, at the end."""
-        wired, route, send, chunks, counts = wire(attempt), self._rows_route, self._send_chunk, {}, {}
-        if route is None:
+        if self._rows_route is None:
             raise ValueError(f"transactional spout of {self.context.component_id!r} declares no fields")
+        wired = wire(attempt)
+        rows = RowChunks(self._rows_route, self._send_chunk, wired)
+        add = rows.add
 
         def emit_row(row: list) -> None:
-            values = [wired, *row]
-            for t in route(values):  # the user's grouping; the row waits in its target's chunk
-                c = chunks.get(t)
-                if c is None:
-                    chunks[t] = [values]
-                else:
-                    c.append(values)
-                    if len(c) >= CHUNK_ROWS:
-                        send(t, wired, c)
-                        counts[t] = counts.get(t, 0) + 1
-                        chunks[t] = []
+            add([wired, *row])  # the user's grouping; the row waits in its targets' chunks
 
         try:
             self._emit_batch_rows(attempt, tup, emit_row)
-            for t, c in chunks.items():
-                if c:
-                    send(t, wired, c)
-                    counts[t] = counts.get(t, 0) + 1
+            rows.flush()
         finally:  # also on failure: what went out is counted (the batch fails either way)
-            self.tracker.emitted_counts(attempt, counts)
+            self.tracker.emitted_counts(attempt, rows.sent)
 
     def _emit_batch_rows(self, attempt: TransactionAttempt, tup: Tuple, emit_row) -> None:
         if self.opaque:
