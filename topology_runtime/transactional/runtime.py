@@ -42,33 +42,40 @@ CHUNK_ROWS = 256
 class RowChunks:
     """One attempt's rows on their way to each target task: a chunk leaves when it holds
     CHUNK_ROWS rows, the rest at ``flush``. ``sent`` counts the chunks per task (what the
-    coordination stream reports)."""
+    coordination stream reports). ``add(values)`` takes a tuple's values (the attempt first),
+    ``add_row(row)`` a spout's row (the attempt is put in front); both route by the user's
+    grouping, checked as an emit. Closures, not methods: they run once per row."""
 
-    __slots__ = ("route", "send", "head", "chunks", "sent")
+    __slots__ = ("head", "chunks", "sent", "add", "add_row", "_send")
 
     def __init__(self, route: Any, send: Any, head: list) -> None:
-        self.route, self.send, self.head = route, send, head
-        self.chunks: dict[int, list] = {}
-        self.sent: dict[int, int] = {}
+        self.head = head
+        chunks: dict[int, list] = {}
+        sent: dict[int, int] = {}
+        self.chunks, self.sent = chunks, sent
 
-    def add(self, values: list) -> list[int]:
-        """Route one row by the user's grouping (checked as an emit) into its targets' chunks."""
-        targets = self.route(values)
-        chunks = self.chunks
-        for t in targets:
-            c = chunks.get(t)
-            if c is None:
-                chunks[t] = [values]
-            else:
-                c.append(values)
-                if len(c) >= CHUNK_ROWS:
-                    self._send(t, c)
-                    chunks[t] = []
-        return targets
+        def send_chunk(task: int, rows: list) -> None:
+            send(task, head, rows)
+            sent[task] = sent.get(task, 0) + 1
 
-    def _send(self, task: int, rows: list) -> None:
-        self.send(task, self.head, rows)
-        self.sent[task] = self.sent.get(task, 0) + 1
+        def adder(prefixed: bool):
+            def add(values: list) -> list[int]:
+                if prefixed:
+                    values = [head, *values]
+                targets = route(values)
+                for t in targets:
+                    c = chunks.get(t)
+                    if c is None:
+                        chunks[t] = [values]
+                    else:
+                        c.append(values)
+                        if len(c) >= CHUNK_ROWS:
+                            send_chunk(t, c)
+                            chunks[t] = []
+                return targets
+            return add
+
+        self.add, self.add_row, self._send = adder(False), adder(True), send_chunk
 
     def flush(self) -> dict[int, int]:
         for t, c in self.chunks.items():
@@ -402,15 +409,9 @@ class CoordinatedBolt(Bolt):
         per-task counts are summed here and handed to the tracker once, at the end."""
         if self._rows_route is None:
             raise ValueError(f"transactional spout of {self.context.component_id!r} declares no fields")
-        wired = wire(attempt)
-        rows = RowChunks(self._rows_route, self._send_chunk, wired)
-        add = rows.add
-
-        def emit_row(row: list) -> None:
-            add([wired, *row])  # the user's grouping; the row waits in its targets' chunks
-
+        rows = RowChunks(self._rows_route, self._send_chunk, wire(attempt))
         try:
-            self._emit_batch_rows(attempt, tup, emit_row)
+            self._emit_batch_rows(attempt, tup, rows.add_row)  # each row waits in its targets' chunks
             rows.flush()
         finally:  # also on failure: what went out is counted (the batch fails either way)
             self.tracker.emitted_counts(attempt, rows.sent)
