@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis  # noqa: E402
 
+from bench.cpu_window import CpuSampler  # noqa: E402
 from examples.transactional_count import KeyedCount, UpdateWordCounts  # noqa: E402
 from state.values import ValueMap  # noqa: E402
 from topology_runtime import LocalCluster  # noqa: E402
@@ -64,7 +65,7 @@ def main(argv=None) -> int:
                    help="batches per run; the rate is measured over the middle two thirds")
     p.add_argument("--partitions", type=int, default=3, help="spout partitions")
     p.add_argument("--emitters", type=int, default=0, help="emitter tasks (default: one per partition)")
-    p.add_argument("--take", default="200,1000,3000", help="rows per partition per batch, one table row set per value")
+    p.add_argument("--take", default="200,1000,3000,6000", help="rows per partition per batch, one table row set per value")
     p.add_argument("--repeat", type=int, default=5, help="runs per configuration (interleaved); the median is reported")
     p.add_argument("--pending", default="1,2,4,8", help="max.spout.pending values (1 first: the baseline)")
     p.add_argument("--delays", default="0,20", help="extra ms per commit (0: the sink as is)")
@@ -93,6 +94,11 @@ def main(argv=None) -> int:
     configs = [(take, int(delay), pending) for take in takes for delay in args.delays.split(",")
                for pending in pendings]
     runs: dict[tuple[int, int, int], list[float]] = {c: [] for c in configs}  # commits/s per run
+    # Per run, inside the timed window: both workers' CPU per batch (ms) and the busiest worker's
+    # share of a core. They show what bounds the speed-up: pipelining can only fill cores that a
+    # single batch leaves idle (bench/README.md).
+    cpu: dict[tuple[int, int, int], list[tuple[float, float, float]]] = {c: [] for c in configs}
+    redis_pid = int(client.info("server")["process_id"])
     for rep in range(args.repeat):
         for take, delay, pending in configs:
             data = {q: part[:args.batches * take] for q, part in full.items()}
@@ -107,7 +113,12 @@ def main(argv=None) -> int:
                     "bench.clock.key": clock, "bench.window": [lo, hi]}
             t0 = time.monotonic()
             with LocalCluster(workers=2) as cluster:
-                status = cluster.run(name, build(data, take, name, args.emitters or n), conf, timeout=1800)
+                run = cluster.submit(name, build(data, take, name, args.emitters or n), conf)
+
+                def pids(run=run):
+                    return {"redis": redis_pid, **{f"worker {i}": pid for i, pid in run.pids.items()}}
+                with CpuSampler(pids) as sampler:
+                    status = run.wait(1800)
             wall = time.monotonic() - t0
             if status.state != "completed":
                 print(f"run {name} ended {status.state}: {status.error}", file=sys.stderr)
@@ -116,25 +127,33 @@ def main(argv=None) -> int:
             if {w: v.value for w, v in got.items()} != truth:
                 print(f"run {name}: the counts are not exact", file=sys.stderr)
                 return 1
-            cps = (hi - lo) / (float(client.get(f"{clock}:{hi}")) - float(client.get(f"{clock}:{lo}")))
+            w0, w1 = float(client.get(f"{clock}:{lo}")), float(client.get(f"{clock}:{hi}"))
+            cps = (hi - lo) / (w1 - w0)
             runs[(take, delay, pending)].append(cps)
+            used = sampler.between(w0, w1)
+            workers = [v for k, v in used.items() if k.startswith("worker")]
+            per_batch = 1000 * sum(workers) / (hi - lo)
+            busiest = max(workers, default=0.0) / (w1 - w0)
+            cpu[(take, delay, pending)].append((per_batch, busiest, used.get("redis", 0.0) / (w1 - w0)))
             print(f"  run {rep + 1}: batch {n * take}, commit +{delay} ms, pending {pending}: {cps:.1f} commits/s, "
-                  f"{cps * n * take:,.0f} tuples/s ({wall:.1f} s with start-up)", file=sys.stderr, flush=True)
+                  f"{cps * n * take:,.0f} tuples/s, workers {per_batch:.1f} ms CPU a batch, busiest at "
+                  f"{busiest:.0%} of a core ({wall:.1f} s with start-up)", file=sys.stderr, flush=True)
     print(f"\ntransactional word count, {args.batches} batches per run ({n} partitions, 1,000 distinct words), "
           f"commits {lo}-{hi} timed, 2 workers, median of {args.repeat}\n")
     # The machine's speed drifts between runs (a shared host: ±20% over minutes), so the speed-up
     # is taken per repetition, against the pending-1 run of the same round, and its median and
     # range reported: drift common to a round cancels out.
     print("| batch tuples | extra commit ms | max.spout.pending | tuples/s | commits/s | spread commits/s "
-          "| x pending 1 | spread x |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| x pending 1 | spread x | workers' CPU ms a batch | busiest worker | Redis |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for take, delay, pending in configs:
         cps, base = runs[(take, delay, pending)], runs[(take, delay, 1)]
         mid = statistics.median(cps)
         ratios = [c / b for c, b in zip(cps, base)]
+        per_batch, busiest, red = (statistics.median(x) for x in zip(*cpu[(take, delay, pending)]))
         print(f"| {n * take} | {delay} | {pending} | {mid * n * take:,.0f} | {mid:.1f} | "
               f"{min(cps):.1f}-{max(cps):.1f} | {statistics.median(ratios):.2f} | "
-              f"{min(ratios):.2f}-{max(ratios):.2f} |")
+              f"{min(ratios):.2f}-{max(ratios):.2f} | {per_batch:.1f} | {busiest:.0%} | {red:.0%} |")
     return 0
 
 
