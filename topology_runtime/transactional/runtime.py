@@ -142,7 +142,8 @@ class CoordinatorSpout(Spout):
         self._checked = float("-inf")
         self._is_exhausted = False
         every = conf.get("topology.transactional.progress.secs", 10.0)
-        self.progress = TxProgress(self.tx_id, float(every) if every else None, time.monotonic())
+        self.progress = TxProgress(self.tx_id, float(every) if every else None, time.monotonic(),
+                                   pending=self.machine.max_active)
 
     def _cleanup_metas(self, current: int) -> list[int]:
         """Deletes per-txid metadata a previous run left behind (a crash between writing and
