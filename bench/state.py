@@ -106,7 +106,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     url = args.redis
     if not url:
-        from topology_runtime.redis_server import resolve_redis_url
+        from topology_runtime.control.redis_server import resolve_redis_url
 
         url = resolve_redis_url(None)[0]
     sentences = make_sentences(args.sentences)

@@ -117,7 +117,7 @@ def make_cluster(launcher: str, workers: int, redis_url: str | None):
     if launcher == "local":
         return LocalCluster(workers=workers)
     if launcher == "spark":
-        from topology_runtime.spark_cluster import SparkCluster
+        from topology_runtime.launchers.spark import SparkCluster
 
         return SparkCluster(master=f"local[{max(2, workers)}]", workers=workers, redis_url=redis_url,
                             progress_interval=None)
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--launcher: expected local and/or spark, got {args.launcher!r}")
     redis_url = args.redis
     if "spark" in launchers and not redis_url:
-        from topology_runtime.redis_server import resolve_redis_url
+        from topology_runtime.control.redis_server import resolve_redis_url
 
         redis_url = resolve_redis_url(None)[0]
 

@@ -30,7 +30,7 @@ def wordcount_dag(dag_id: str, deferrable: bool) -> DAG:
             import redis
 
             from examples.wordcount import COUNTS, STREAM, load_sentences
-            from topology_runtime.redis_server import resolve_redis_url
+            from topology_runtime.control.redis_server import resolve_redis_url
 
             url, where = resolve_redis_url(None)
             print(f"Redis: {where}")

@@ -86,7 +86,7 @@ def fill(client: redis.Redis, streams: list[str], n_per_stream: int, seed: int =
 
 
 def main() -> int:
-    from topology_runtime.redis_server import resolve_redis_url
+    from topology_runtime.control.redis_server import resolve_redis_url
 
     opaque = "--transactional" not in sys.argv[1:]
     url, where = resolve_redis_url(None)

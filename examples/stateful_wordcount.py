@@ -18,7 +18,7 @@ if __package__ in (None, ""):
 
 from examples.wordcount import STREAM, SplitSentence, load_sentences, true_counts  # noqa: E402
 from topology_runtime import LocalCluster, StatefulBolt, TopologyBuilder  # noqa: E402
-from topology_runtime.spouts import RedisStreamSpout  # noqa: E402
+from topology_runtime.connectors import RedisStreamSpout  # noqa: E402
 
 
 class StatefulWordCount(StatefulBolt):
@@ -64,7 +64,7 @@ def main() -> int:
     import redis
 
     from state import reset
-    from topology_runtime.redis_server import resolve_redis_url
+    from topology_runtime.control.redis_server import resolve_redis_url
 
     url, where = resolve_redis_url(None)
     print(f"Redis: {where}")

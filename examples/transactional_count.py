@@ -117,7 +117,7 @@ DATA = {0: [["dog"], ["cat"], ["chicken"], ["cat"], ["dog"], ["apple"]],
 
 
 def main() -> int:
-    from topology_runtime.redis_server import resolve_redis_url
+    from topology_runtime.control.redis_server import resolve_redis_url
 
     url, where = resolve_redis_url(None)
     print(f"Redis: {where}")

@@ -22,7 +22,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from topology_runtime import BasicBolt, Bolt, LocalCluster, TopologyBuilder  # noqa: E402
-from topology_runtime.spouts import RedisStreamSpout  # noqa: E402
+from topology_runtime.connectors import RedisStreamSpout  # noqa: E402
 
 STREAM = "wordcount:sentences"
 COUNTS = "wordcount:counts"
@@ -129,7 +129,7 @@ def load_sentences(client: redis.Redis, n: int, stream: str = STREAM, seed: int 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from topology_runtime.redis_server import resolve_redis_url
+    from topology_runtime.control.redis_server import resolve_redis_url
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sentences", type=int, default=20000)

@@ -30,7 +30,7 @@ os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.
 
 from airflow_live import airflow_db, airflow_live  # noqa: E402, F401  (session Airflow DB + live Airflow)
 
-from topology_runtime.redis_server import RedisServer  # noqa: E402
+from topology_runtime.control.redis_server import RedisServer  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -81,7 +81,7 @@ def pytest_generate_tests(metafunc):
 @pytest.fixture
 def make_cluster(launcher, redis_url, tmp_path):
     from topology_runtime import LocalCluster
-    from topology_runtime.spark_cluster import SparkCluster
+    from topology_runtime.launchers.spark import SparkCluster
 
     clusters = []
 

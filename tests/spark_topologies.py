@@ -7,7 +7,7 @@ import time
 
 from examples.wordcount import COUNTS, STREAM, SplitSentence, WordCount
 from topology_runtime import BasicBolt, Spout, TopologyBuilder
-from topology_runtime.spouts import RedisStreamSpout
+from topology_runtime.connectors import RedisStreamSpout
 
 
 class SlowSplit(SplitSentence):
@@ -84,7 +84,7 @@ def slow_stateful_wordcount():
 def exactly_once_wordcount(slow: bool = True):
     """Stateful word count over the replayable stream spout (topology.state.exactly.once)."""
     from examples.stateful_wordcount import StatefulWordCount
-    from topology_runtime.spouts import RedisStreamReplaySpout
+    from topology_runtime.connectors import RedisStreamReplaySpout
 
     b = TopologyBuilder()
     b.set_spout("sentences", RedisStreamReplaySpout(STREAM, fields=["sentence"], bounded=True, batch_size=50), 2)
@@ -110,7 +110,7 @@ class FailOnceSplit(SplitSentence):
 
 def exactly_once_failing_wordcount():
     from examples.stateful_wordcount import StatefulWordCount
-    from topology_runtime.spouts import RedisStreamReplaySpout
+    from topology_runtime.connectors import RedisStreamReplaySpout
 
     b = TopologyBuilder()
     b.set_spout("sentences", RedisStreamReplaySpout(STREAM, fields=["sentence"], bounded=True, batch_size=50), 2)

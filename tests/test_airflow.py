@@ -12,8 +12,8 @@ import redis
 from structlog.testing import capture_logs
 
 from examples.wordcount import COUNTS, sample_sentences, true_counts
-from topology_runtime.control_plane import ControlPlane
-from topology_runtime.local_cluster import wait_for
+from topology_runtime.control.control_plane import ControlPlane
+from topology_runtime.launchers.local import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 ROOT = Path(__file__).resolve().parent.parent

@@ -20,7 +20,7 @@ import redis
 
 from state.checkpoint import COMMITTING, CheckPointState, save_checkpoint
 from topology_runtime import LocalCluster
-from topology_runtime.control_plane import REGISTRY, key
+from topology_runtime.control.control_plane import REGISTRY, key
 
 CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",

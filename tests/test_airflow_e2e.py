@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from examples.wordcount import COUNTS, sample_sentences, true_counts
-from topology_runtime.control_plane import ControlPlane
+from topology_runtime.control.control_plane import ControlPlane
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 

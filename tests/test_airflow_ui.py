@@ -18,8 +18,8 @@ from fastapi.testclient import TestClient
 
 from state.checkpoint import PREPARING, CheckPointState, save_checkpoint
 from topology_runtime import Bolt, LocalCluster, TopologyBuilder
-from topology_runtime.control_plane import REGISTRY, ControlPlane, key
-from topology_runtime.status import ComponentStats, RunStatus
+from topology_runtime.api.status import ComponentStats, RunStatus
+from topology_runtime.control.control_plane import REGISTRY, ControlPlane, key
 
 NAME = "ui-numbers"
 EVIL = "evil<script>alert(1)</script>"
@@ -263,7 +263,7 @@ def test_dag_run_view_filters_to_that_runs_topologies(airflow, data, monkeypatch
 
 
 def test_history_is_bounded_and_rides_with_publish(data, monkeypatch):
-    import topology_runtime.control_plane as cp
+    import topology_runtime.control.control_plane as cp
 
     url = data.connection_pool.connection_kwargs
     control = ControlPlane(f"redis://{url['host']}:{url['port']}/{url.get('db', 0)}")

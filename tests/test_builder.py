@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from topology_runtime import BasicBolt, Bolt, Spout, Stream, TopologyBuilder, TopologyError
-from topology_runtime.builder import ALL, DIRECT, FIELDS, GLOBAL, LOCAL_OR_SHUFFLE, NONE, SHUFFLE, Grouping
+from topology_runtime.api.builder import ALL, DIRECT, FIELDS, GLOBAL, LOCAL_OR_SHUFFLE, NONE, SHUFFLE, Grouping
 
 
 class WordSpout(Spout):

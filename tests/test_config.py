@@ -7,9 +7,9 @@ import logging
 import pytest
 
 from topology_runtime import Config, ConfigError
-from topology_runtime.config import resolve_config
+from topology_runtime.api.config import resolve_config
 
-LOGGER = "topology_runtime.config"
+LOGGER = "topology_runtime.api.config"
 
 
 def test_defaults():

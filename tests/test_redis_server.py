@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from topology_runtime.redis_server import (
+from topology_runtime.control.redis_server import (
     RedisServer,
     find_redis_server_binary,
     free_port,

@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from topology_runtime import TopologyContext
-from topology_runtime.spouts import RedisStreamSpout
+from topology_runtime.connectors import RedisStreamSpout
 
 
 class Harness:
@@ -123,7 +123,7 @@ def test_poison_entry_goes_to_dead_letter_and_is_acked_and_the_run_goes_on(redis
     (poison,) = _fill(r, 1)
     h = Harness(RedisStreamSpout("s", fields=["sentence"], max_fails=2), redis_url)
     h.pump()
-    with caplog.at_level(logging.WARNING, logger="topology_runtime.spouts.redis_stream"):
+    with caplog.at_level(logging.WARNING, logger="topology_runtime.connectors.redis_stream"):
         for _ in range(3):
             h.spout.fail(poison)
             h.pump()
@@ -269,7 +269,7 @@ def test_missing_field_is_a_clear_error_and_the_entry_is_dead_lettered(redis_url
     bad = r.xadd("s", {"other": "x"})
     good = r.xadd("s", {"sentence": "fine"})
     h = Harness(RedisStreamSpout("s", fields=["sentence"]), redis_url)
-    with caplog.at_level(logging.ERROR, logger="topology_runtime.spouts.redis_stream"):
+    with caplog.at_level(logging.ERROR, logger="topology_runtime.connectors.redis_stream"):
         assert h.pump(2) == [(good, ["fine"])]
     assert any(f"stream 's' entry {bad}: no field 'sentence'" in m for m in caplog.messages)
     dead = json.loads(r.lindex("s:dead", 0))

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from topology_runtime.builder import FIELDS
-from topology_runtime.wire import field_hash
+from topology_runtime.api.builder import FIELDS
+from topology_runtime.transport.wire import field_hash
 from topology_runtime.worker import routing
 
 

@@ -14,9 +14,9 @@ import pytest
 import redis
 
 from examples.wordcount import COUNTS, load_sentences
-from topology_runtime.control_plane import ControlPlane
-from topology_runtime.local_cluster import wait_for
-from topology_runtime.spark_cluster import SparkCluster, spark_env
+from topology_runtime.control.control_plane import ControlPlane
+from topology_runtime.launchers.local import wait_for
+from topology_runtime.launchers.spark import SparkCluster, spark_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parent.parent

@@ -20,7 +20,7 @@ from spark_topologies import exactly_once_wordcount, slow_stateful_wordcount
 from examples.stateful_wordcount import counts_in_state
 from examples.wordcount import load_sentences, true_counts
 from topology_runtime import LocalCluster
-from topology_runtime.local_cluster import wait_for
+from topology_runtime.launchers.local import wait_for
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,8 +78,8 @@ def test_redis_restarted_from_aof_mid_run(redis_server, redis_url, mode):
 
 @pytest.mark.parametrize("mode", ["at-least-once", "exactly-once"])
 def test_driver_killed_then_recover_and_resubmit(redis_url, tmp_path, mode):
-    from topology_runtime.config import resolve_config
-    from topology_runtime.plan import build_plan
+    from topology_runtime.api.config import resolve_config
+    from topology_runtime.plan.planner import build_plan
 
     client = redis.Redis.from_url(redis_url)
     truth = true_counts(load_sentences(redis.Redis.from_url(redis_url, decode_responses=True), 1500))

@@ -9,7 +9,7 @@ from runtime_components import NumberSpout
 from examples.stateful_wordcount import StatefulWordCount, build, counts_in_state
 from examples.wordcount import SplitSentence, load_sentences, true_counts
 from topology_runtime import ConfigError, LocalCluster, TopologyBuilder
-from topology_runtime.local_cluster import TopologyFailed
+from topology_runtime.launchers.local import TopologyFailed
 
 
 def test_stateful_wordcount_commits_exact_counts(redis_url):
@@ -57,8 +57,8 @@ def test_checkpoint_interval_must_be_below_message_timeout():
 
 def test_stateful_topology_wiring():
     """TopologyBuilderTest.testStatefulTopology: $checkpointspout added; checkpoint inputs."""
-    from topology_runtime.config import resolve_config
-    from topology_runtime.plan import build_plan
+    from topology_runtime.api.config import resolve_config
+    from topology_runtime.plan.planner import build_plan
 
     b = TopologyBuilder()
     b.set_spout("s1", NumberSpout(1))

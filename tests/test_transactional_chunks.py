@@ -14,7 +14,7 @@ import redis
 from examples.transactional_count import KeyedCount, UpdateWordCounts
 from state.values import ValueMap
 from topology_runtime import LocalCluster
-from topology_runtime.local_cluster import wait_for
+from topology_runtime.launchers.local import wait_for
 from topology_runtime.transactional import (
     BatchBolt,
     Committer,

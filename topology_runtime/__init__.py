@@ -1,7 +1,18 @@
-"""Storm-style reliable topologies in Python: spouts, bolts, XOR acking, on worker processes."""
+"""Storm-style reliable topologies in Python: spouts, bolts, XOR acking, on worker processes
+or Spark.
 
-from .builder import Topology, TopologyBuilder, TopologyError
-from .components import (
+The folders are the layers (docs/architecture.md): ``api`` (what users program against),
+``transport``, ``reliability`` (protocol state machines), ``plan``, ``worker``,
+``supervisor``, ``control`` (the control plane in Redis), ``launchers``, ``transactional``,
+``connectors``, ``cli``, ``testing``. Importing the API names loads no launcher, zmq or redis:
+``LocalCluster``, ``SparkCluster`` and ``TopologyFailed`` load on first use.
+"""
+
+from typing import Any
+
+from ._moved import install as _install_moved
+from .api.builder import Topology, TopologyBuilder, TopologyError
+from .api.components import (
     BasicBolt,
     Bolt,
     FailedException,
@@ -12,12 +23,26 @@ from .components import (
     TopologyContext,
     Tuple,
 )
-from .config import Config, ConfigError
-from .local_cluster import LocalCluster, TopologyFailed
-from .status import ComponentStats, RunStatus
+from .api.config import Config, ConfigError
+from .api.status import ComponentStats, RunStatus
+
+_LAZY = {"LocalCluster": "launchers.local", "TopologyFailed": "launchers.local", "SparkCluster": "launchers.spark"}
 
 __all__ = [
     "BasicBolt", "Bolt", "ComponentStats", "Config", "ConfigError", "FailedException", "LocalCluster",
-    "ReplayableSpout", "RunStatus", "Spout", "StatefulBolt", "Stream", "Topology", "TopologyBuilder", "TopologyContext",
-    "TopologyError", "TopologyFailed", "Tuple",
+    "ReplayableSpout", "RunStatus", "SparkCluster", "Spout", "StatefulBolt", "Stream", "Topology", "TopologyBuilder",
+    "TopologyContext", "TopologyError", "TopologyFailed", "Tuple",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+_install_moved()

@@ -31,7 +31,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from state.layout import ctl_key
-from topology_runtime.control_plane import REGISTRY, ControlPlane, RunRecord, key
+from topology_runtime.control.control_plane import REGISTRY, ControlPlane, RunRecord, key
 
 URL_PREFIX = "/topologies"
 MAX_ERRORS = 20  # the page shows the most recent errors; the run keeps its own bounded list
@@ -46,7 +46,7 @@ def redis_url() -> str:
     env = os.environ.get("TOPOLOGY_REDIS_URL")
     if env:
         return env
-    from topology_runtime.redis_server import project_redis_url
+    from topology_runtime.control.redis_server import project_redis_url
 
     return project_redis_url(start=False)
 

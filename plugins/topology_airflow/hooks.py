@@ -17,8 +17,8 @@ from airflow.sdk import BaseHook
 
 from state import RecoveryReport, recover
 from state.checkpoint import COMMITTED, load_checkpoint
-from topology_runtime.control_plane import ControlPlane, RunRecord, key
-from topology_runtime.spark_cluster import DEFAULT_SPARK_CONF, DRIVER_SCRIPT, driver_args, spark_env
+from topology_runtime.control.control_plane import ControlPlane, RunRecord, key
+from topology_runtime.launchers.spark import DEFAULT_SPARK_CONF, DRIVER_SCRIPT, driver_args, spark_env
 
 # Where the transactional coordinator keeps the next txid to commit (topology_runtime/transactional/
 # runtime.py writes it; the last committed txid is one less).
@@ -98,7 +98,7 @@ class TopologyHook(BaseHook):
     @property
     def redis_url(self) -> str:
         if not self._redis_url:
-            from topology_runtime.redis_server import resolve_redis_url
+            from topology_runtime.control.redis_server import resolve_redis_url
 
             self._redis_url, where = resolve_redis_url(None)
             self.log.info("Redis: %s", where)

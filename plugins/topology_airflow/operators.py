@@ -104,8 +104,8 @@ class SubmitTopologyOperator(BaseOperator):
         summary = driver_summary(text, self.name) if text else []
         if not summary and rec is not None and rec.status:
             # No readable driver log: the same summary, rebuilt from the final status in Redis.
-            from topology_runtime.control_plane import status_from_dict
-            from topology_runtime.reporter import summary as summarize
+            from topology_runtime.control.control_plane import status_from_dict
+            from topology_runtime.control.reporter import summary as summarize
 
             summary = summarize(status_from_dict(rec.status)).splitlines()
         self.log.info("driver log: %s", log_file)

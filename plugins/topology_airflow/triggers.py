@@ -20,8 +20,8 @@ from typing import Any
 import redis.asyncio as aioredis
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from topology_runtime.control_plane import key
-from topology_runtime.status import FINAL_STATES
+from topology_runtime.api.status import FINAL_STATES
+from topology_runtime.control.control_plane import key
 
 # Consecutive polls that find the local driver process gone while the run record is not final
 # before the run is declared lost (the final status may still be landing).

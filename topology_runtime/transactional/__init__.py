@@ -5,10 +5,13 @@ Built on the plain runtime: the coordinator is a spout, emitters and batch bolts
 CoordinatedBolt wrappers whose per-batch counts travel on a direct coordination stream.
 """
 
+from ..connectors.redis_streams_transactional import (
+           RedisStreamsOpaqueTransactionalSpout,
+           RedisStreamsTransactionalSpout,
+)
 from ..reliability.transactional import TransactionAttempt
 from .batch import BatchBolt, Committer
 from .builder import TransactionalTopologyBuilder
-from .redis_streams import RedisStreamsOpaqueTransactionalSpout, RedisStreamsTransactionalSpout
 from .spouts import MemoryTransactionalSpout, OpaquePartitionedTransactionalSpout, PartitionedTransactionalSpout
 
 __all__ = ["BatchBolt", "Committer", "MemoryTransactionalSpout", "OpaquePartitionedTransactionalSpout",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..builder import Topology, TopologyBuilder
+from ..api.builder import Topology, TopologyBuilder
 from .runtime import (
     BATCH_STREAM,
     COMMIT_STREAM,

@@ -11,8 +11,7 @@ from typing import Any
 
 import redis
 
-from ..components import Bolt, Spout, Stream, StreamInfo, Tuple
-from ..faults import maybe_crash
+from ..api.components import Bolt, Spout, Stream, StreamInfo, Tuple
 from ..reliability.coordinated import NOTHING, CoordinatedTracker
 from ..reliability.transactional import (
     BATCH,
@@ -23,6 +22,7 @@ from ..reliability.transactional import (
     opaque_commit,
     opaque_last_meta,
 )
+from ..testing.faults import maybe_crash
 from .batch import Committer
 from .progress import TxProgress
 from .spouts import is_opaque

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..components import Spout
+from ..api.components import Spout
 from ..reliability.checkpointing import CHECKPOINT_STREAM, CheckpointSpoutMachine
 
 

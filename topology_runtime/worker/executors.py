@@ -10,12 +10,12 @@ from collections.abc import Callable
 from random import getrandbits
 from typing import TYPE_CHECKING, Any
 
-from ..components import DEFAULT_STREAM, TICK_INFO, FailedException, Tuple
-from ..faults import maybe_crash
+from ..api.components import DEFAULT_STREAM, TICK_INFO, FailedException, Tuple
+from ..api.status import LatencyHistogram
 from ..reliability import ACK, FAIL, Acker, AckOutcome, SpoutPending
 from ..reliability.checkpointing import CHECKPOINT_STREAM, CheckpointBarrier, StatefulBoltMachine
-from ..status import LatencyHistogram
-from ..wire import check_values
+from ..testing.faults import maybe_crash
+from ..transport.wire import check_values
 from .routing import Route
 
 if TYPE_CHECKING:

@@ -6,10 +6,10 @@ import itertools
 import random
 from collections.abc import Callable
 
-from ..builder import ALL, DIRECT, FIELDS, GLOBAL, LOCAL_OR_SHUFFLE, NONE, SHUFFLE
-from ..components import StreamInfo
-from ..plan import Plan
-from ..wire import field_hash
+from ..api.builder import ALL, DIRECT, FIELDS, GLOBAL, LOCAL_OR_SHUFFLE, NONE, SHUFFLE
+from ..api.components import StreamInfo
+from ..plan.planner import Plan
+from ..transport.wire import field_hash
 
 Picker = Callable[[list], list]
 FIELDS_MEMO_KEYS = 65536

@@ -19,11 +19,11 @@ from typing import Any
 
 import zmq
 
-from ..builder import is_basic
-from ..components import StatefulBolt, TopologyContext, Tuple
-from ..plan import ACKER, Plan
+from ..api.builder import is_basic
+from ..api.components import StatefulBolt, TopologyContext, Tuple
+from ..plan.planner import ACKER, Plan
 from ..reliability.checkpointing import CHECKPOINT_SPOUT
-from ..transport import ControlClient, DataTransport, pack, unpack
+from ..transport.sockets import ControlClient, DataTransport, pack, unpack
 from .checkpoint import CheckpointSpout
 from .executors import AckerExecutor, BoltExecutor, SpoutExecutor
 from .offloop import Completions, OnDone, SerialRunner
@@ -347,7 +347,7 @@ class Worker:
         self._drain_queue()
 
     def _eo_commit(self, txid: int) -> None:
-        from ..faults import maybe_crash
+        from ..testing.faults import maybe_crash
 
         maybe_crash("between", txid)
         for st in self.spout_states.values():

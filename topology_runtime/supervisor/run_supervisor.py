@@ -14,8 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .plan import ACKER, Plan
-from .status import (
+from ..api.status import (
     COMPLETED,
     FAILED,
     FINAL_STATES,
@@ -26,7 +25,8 @@ from .status import (
     LatencyHistogram,
     RunStatus,
 )
-from .transport import ControlServer
+from ..plan.planner import ACKER, Plan
+from ..transport.sockets import ControlServer
 
 log = logging.getLogger("topology.nimbus")
 

@@ -22,15 +22,15 @@ import socket
 import sys
 import threading
 
-from .builder import TopologyError
-from .config import ConfigError, coerce_cli_value, resolve_config
-from .control_plane import ControlPlane, LeaseKeeper, RunAlreadyLive
-from .local_cluster import load_topology
-from .nimbus import RunSupervisor
-from .plan import build_plan
-from .reporter import RunReporter
-from .status import FAILED
-from .worker.worker import WorkerSpec, run_worker
+from ..api.builder import TopologyError
+from ..api.config import ConfigError, coerce_cli_value, resolve_config
+from ..api.status import FAILED
+from ..control.control_plane import ControlPlane, LeaseKeeper, RunAlreadyLive
+from ..control.reporter import RunReporter
+from ..plan.planner import build_plan
+from ..supervisor.run_supervisor import RunSupervisor
+from ..worker.worker import WorkerSpec, run_worker
+from .local import load_topology
 
 log = logging.getLogger("topology.driver")
 EXIT_ALREADY_LIVE = 5

@@ -10,12 +10,12 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .builder import Topology, TopologyError
-from .config import resolve_config
-from .nimbus import RunSupervisor
-from .plan import build_plan
-from .status import FAILED, FINAL_STATES, RunStatus
-from .worker.worker import WorkerSpec, run_worker
+from ..api.builder import Topology, TopologyError
+from ..api.config import resolve_config
+from ..api.status import FAILED, FINAL_STATES, RunStatus
+from ..plan.planner import build_plan
+from ..supervisor.run_supervisor import RunSupervisor
+from ..worker.worker import WorkerSpec, run_worker
 
 log = logging.getLogger("topology.local")
 _fork = multiprocessing.get_context("fork")
@@ -71,12 +71,12 @@ class LocalRun:
         self.control = self.keeper = None
         token = None
         if redis_url:  # optional: makes the run visible to `topology status/list/kill`
-            from .control_plane import ControlPlane, LeaseKeeper
+            from ..control.control_plane import ControlPlane, LeaseKeeper
 
             self.control = ControlPlane(redis_url)
             token = self.control.register(name, "local", self.plan.workers)
             self.keeper = LeaseKeeper(self.control, name, token, lambda: self.supervisor.request_kill())
-        from .reporter import RunReporter
+        from ..control.reporter import RunReporter
 
         self.reporter = RunReporter(self.supervisor, self.control, token, progress_interval)
         self.procs: dict[int, multiprocessing.Process] = {}

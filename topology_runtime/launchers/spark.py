@@ -15,14 +15,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .builder import Topology
-from .config import resolve_config
-from .control_plane import ControlPlane, status_from_dict
-from .local_cluster import ClusterBase, load_topology
-from .plan import build_plan
-from .status import FAILED, FINAL_STATES, STARTING, RunStatus
+from ..api.builder import Topology
+from ..api.config import resolve_config
+from ..api.status import FAILED, FINAL_STATES, STARTING, RunStatus
+from ..control.control_plane import ControlPlane, status_from_dict
+from ..plan.planner import build_plan
+from .local import ClusterBase, load_topology
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DRIVER_SCRIPT = Path(__file__).resolve().parent / "spark_main.py"
 
 DEFAULT_SPARK_CONF = {
@@ -153,7 +153,7 @@ class SparkCluster(ClusterBase):
         self.master = master
         self.workers = workers
         if redis_url is None:
-            from .redis_server import resolve_redis_url
+            from ..control.redis_server import resolve_redis_url
 
             redis_url = resolve_redis_url(None)[0]
         self.redis_url = redis_url

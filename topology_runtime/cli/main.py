@@ -9,10 +9,10 @@ import sys
 import time
 from collections.abc import Sequence
 
-from .builder import TopologyError
-from .config import ConfigError, coerce_cli_value
-from .control_plane import RunAlreadyLive
-from .status import FINAL_STATES
+from ..api.builder import TopologyError
+from ..api.config import ConfigError, coerce_cli_value
+from ..api.status import FINAL_STATES
+from ..control.control_plane import RunAlreadyLive
 
 
 def _conf_pairs(pairs: Sequence[str] | None) -> dict:
@@ -26,7 +26,7 @@ def _conf_pairs(pairs: Sequence[str] | None) -> dict:
 
 
 def _redis(args: argparse.Namespace) -> str:
-    from .redis_server import resolve_redis_url
+    from ..control.redis_server import resolve_redis_url
 
     url, where = resolve_redis_url(getattr(args, "redis", None))
     print(f"Redis: {where}", file=sys.stderr, flush=True)
@@ -34,7 +34,7 @@ def _redis(args: argparse.Namespace) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .local_cluster import LocalCluster, load_topology
+    from ..launchers.local import LocalCluster, load_topology
 
     conf = _conf_pairs(args.conf)
     url = _redis(args)
@@ -69,7 +69,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_submit(args: argparse.Namespace) -> int:
     import subprocess
 
-    from .spark_cluster import driver_args, spark_env, spark_submit_command
+    from ..launchers.spark import driver_args, spark_env, spark_submit_command
 
     url = _redis(args)
     conf = _conf_pairs(args.conf)
@@ -82,7 +82,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     try:
         return proc.wait()
     except KeyboardInterrupt:
-        from .control_plane import ControlPlane
+        from ..control.control_plane import ControlPlane
 
         print("interrupted: killing the topology", file=sys.stderr, flush=True)
         ControlPlane(url).request_kill(args.name)
@@ -96,7 +96,7 @@ def _print_record(rec, verbose: bool = True) -> None:
           f", started {info.get('started', '?')}{', live' if rec.live else ''})")
     if not verbose or not st:
         return
-    from .control_plane import status_from_dict
+    from ..control.control_plane import status_from_dict
 
     status = status_from_dict(st)
     print(status.table())
@@ -110,7 +110,7 @@ def _print_record(rec, verbose: bool = True) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from .control_plane import ControlPlane
+    from ..control.control_plane import ControlPlane
 
     rec = ControlPlane(_redis(args)).get(args.id)
     if rec is None:
@@ -121,7 +121,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from .control_plane import ControlPlane
+    from ..control.control_plane import ControlPlane
 
     recs = ControlPlane(_redis(args)).list()
     if not recs:
@@ -132,7 +132,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_kill(args: argparse.Namespace) -> int:
-    from .control_plane import ControlPlane
+    from ..control.control_plane import ControlPlane
 
     cp = ControlPlane(_redis(args))
     if not cp.request_kill(args.id, drain=args.drain):
@@ -175,7 +175,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
 
 
 def cmd_redis(args: argparse.Namespace) -> int:
-    from .redis_server import project_redis_url, stop_project_redis
+    from ..control.redis_server import project_redis_url, stop_project_redis
 
     if args.action == "stop":
         stop_project_redis()

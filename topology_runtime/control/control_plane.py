@@ -25,7 +25,7 @@ from typing import Any
 
 import redis
 
-from .status import FINAL_STATES, ComponentStats, RunStatus
+from ..api.status import FINAL_STATES, ComponentStats, RunStatus
 
 REGISTRY = "topology:runs"
 LEASE_TTL_MS = int(os.environ.get("TOPOLOGY_LEASE_TTL_MS", 15000))  # how long a vanished driver blocks its id

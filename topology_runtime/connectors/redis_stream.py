@@ -19,7 +19,7 @@ from typing import Any
 
 import redis
 
-from ..components import ReplayableSpout, Spout, TopologyContext
+from ..api.components import ReplayableSpout, Spout, TopologyContext
 
 log = logging.getLogger(__name__)
 

@@ -4,9 +4,9 @@ import os
 import sys
 
 if __name__ == "__main__":
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if root not in sys.path:
         sys.path.insert(0, root)
-    from topology_runtime.spark_driver import main
+    from .spark_driver import main
 
     sys.exit(main())

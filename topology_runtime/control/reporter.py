@@ -13,9 +13,9 @@ from typing import TextIO
 
 import redis
 
+from ..api.status import RunStatus
+from ..supervisor.run_supervisor import RunSupervisor
 from .control_plane import ControlPlane
-from .nimbus import RunSupervisor
-from .status import RunStatus
 
 log = logging.getLogger("topology.driver")
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .builder import ALL, DIRECT, ComponentSpec, Grouping, Topology, TopologyError
-from .components import ReplayableSpout, StatefulBolt, StreamInfo
-from .config import ConfigError
-from .reliability.checkpointing import CHECKPOINT_FIELDS, CHECKPOINT_SPOUT, CHECKPOINT_STREAM
+from ..api.builder import ALL, DIRECT, ComponentSpec, Grouping, Topology, TopologyError
+from ..api.components import ReplayableSpout, StatefulBolt, StreamInfo
+from ..api.config import ConfigError
+from ..reliability.checkpointing import CHECKPOINT_FIELDS, CHECKPOINT_SPOUT, CHECKPOINT_STREAM
 
 ACKER = "__acker"
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 import redis
 
-from .spouts import OpaquePartitionedTransactionalSpout, PartitionedTransactionalSpout
+from ..transactional.spouts import OpaquePartitionedTransactionalSpout, PartitionedTransactionalSpout
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,5 @@
+"""The ``topology`` command."""
+
+from .main import main
+
+__all__ = ["main"]

@@ -1,3 +1,0 @@
-from .redis_stream import RedisStreamReplaySpout, RedisStreamSpout
-
-__all__ = ["RedisStreamReplaySpout", "RedisStreamSpout"]
