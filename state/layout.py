@@ -1,16 +1,24 @@
-"""Where a topology's state lives in Redis (docs/state.md).
+"""Where everything of a topology lives in Redis: the one module that spells key names
+(docs/state.md). Nothing else formats a key.
 
 Each task's keys share the Cluster hash tag ``{ID:TASK}``, so its commit is one atomic script
 on one node; the topology's control records share ``{ID:ctl}``.
 
-    topology:{ID:TASK}:state      hash   committed key -> value (msgpack)
-    topology:{ID:TASK}:prepare    hash   prepared, uncommitted writes (deletes as tombstones)
-    topology:{ID:TASK}:txid       hash   commit -> txid, prepare -> txid
-    topology:{ID:ctl}:checkpoint  hash   txid, state (COMMITTED | PREPARING | COMMITTING)
-    topology:{ID:ctl}:namespaces  hash   stateful component -> its task ids (JSON)
+    topology:runs                  zset   registry of run names (score: registration time)
+    topology:{ID:TASK}:state       hash   committed key -> value (msgpack)
+    topology:{ID:TASK}:prepare     hash   prepared, uncommitted writes (deletes as tombstones)
+    topology:{ID:TASK}:txid        hash   commit -> txid, prepare -> txid
+    topology:{ID:ctl}:checkpoint   hash   txid, state (COMMITTED | PREPARING | COMMITTING)
+    topology:{ID:ctl}:namespaces   hash   stateful component -> its task ids (JSON)
+    topology:{ID:ctl}:run|lease|token|epoch|kill|status|history   the run's control records
+                                          (topology_runtime/control/control_plane.py)
+    topology:{TX:ctl}:tx:NAME      the transactional coordinator's records, TX the transactional
+                                   id (state/transactional.py)
 """
 
 from __future__ import annotations
+
+REGISTRY = "topology:runs"
 
 
 def task_key(topology_id: str, task: int | str, name: str) -> str:
@@ -19,6 +27,11 @@ def task_key(topology_id: str, task: int | str, name: str) -> str:
 
 def ctl_key(topology_id: str, name: str) -> str:
     return f"topology:{{{topology_id}:ctl}}:{name}"
+
+
+def tx_key(tx_id: str, name: str) -> str:
+    """A transactional topology's record ``name`` (current, meta:TXID, last-meta, ...)."""
+    return ctl_key(tx_id, f"tx:{name}")
 
 
 def task_pattern(topology_id: str) -> str:

@@ -19,8 +19,8 @@ import pytest
 import redis
 
 from state.checkpoint import COMMITTING, CheckPointState, save_checkpoint
+from state.layout import REGISTRY, ctl_key
 from topology_runtime import LocalCluster
-from topology_runtime.control.control_plane import REGISTRY, key
 
 CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -44,7 +44,7 @@ def run(redis_server):
                                                  "test.sleep": sleep}, timeout=300)
     assert result.state == "completed"
     save_checkpoint(client, NAME, CheckPointState(42, COMMITTING))
-    client.set(key(NAME, "tx:current"), 9)
+    client.set(ctl_key(NAME, "tx:current"), 9)
     yield client
     for k in client.keys(f"topology:{{{NAME}:*"):
         client.delete(k)
@@ -91,7 +91,7 @@ def _cell(scope, component: str, field: str) -> int:
 
 def test_browser_login_topology_pages_and_trigger_form(airflow_live, run, page, tmp_path):
     live = airflow_live
-    status = json.loads(run.get(key(NAME, "status")))
+    status = json.loads(run.get(ctl_key(NAME, "status")))
 
     # 1. Not logged in: the status app sends the browser to Airflow's login page, and back.
     page.goto(f"{live.base_url}/topologies/topology/{NAME}")

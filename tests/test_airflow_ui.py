@@ -17,9 +17,10 @@ import redis
 from fastapi.testclient import TestClient
 
 from state.checkpoint import PREPARING, CheckPointState, save_checkpoint
+from state.layout import REGISTRY, ctl_key
 from topology_runtime import Bolt, LocalCluster, TopologyBuilder
 from topology_runtime.api.status import ComponentStats, RunStatus
-from topology_runtime.control.control_plane import REGISTRY, ControlPlane, key
+from topology_runtime.control.control_plane import ControlPlane
 
 NAME = "ui-numbers"
 EVIL = "evil<script>alert(1)</script>"
@@ -74,7 +75,7 @@ def data(redis_server):
     # Where the runtime keeps them: the checkpoint record (state/layout.py) and the transactional
     # coordinator's next txid (transactional/runtime.py).
     save_checkpoint(client, NAME, CheckPointState(7, PREPARING))
-    client.set(key(NAME, "tx:current"), 12)
+    client.set(ctl_key(NAME, "tx:current"), 12)
     control = ControlPlane(url)
     token = control.register(EVIL, "local", 1)
     status = RunStatus(EVIL, "failed", error="<b>boom</b>", components={"<i>x</i>": ComponentStats(emitted=3)},
@@ -114,7 +115,7 @@ def _auth(token: str) -> dict:
 
 
 def _raw_status(client: redis.Redis, name: str) -> dict:
-    return json.loads(client.get(key(name, "status")))
+    return json.loads(client.get(ctl_key(name, "status")))
 
 
 def test_every_route_requires_airflow_login(airflow, data):
@@ -175,7 +176,7 @@ def test_api_topology_matches_redis(airflow, data):
         assert w["last_seen"] == pytest.approx(raw["updated"] - age, abs=0.01)
         assert w["pid"] == raw["workers"][w["worker"]]["pid"]
     # the chart's history: what the supervisor pushed (bounded list), rates from it
-    history = [json.loads(s) for s in data.lrange(key(NAME, "history"), 0, -1)]
+    history = [json.loads(s) for s in data.lrange(ctl_key(NAME, "history"), 0, -1)]
     assert d["history"] == history and len(history) >= 2
     last = history[-1]
     assert last["acked"] == sum(s["acked"] for s in raw["components"].values())
@@ -273,13 +274,13 @@ def test_history_is_bounded_and_rides_with_publish(data, monkeypatch):
         for i in range(12):
             control.publish("ui-bounded", RunStatus("ui-bounded", "running",
                                                     components={"s": ComponentStats(emitted=i, acked=i)}))
-        samples = [json.loads(s) for s in data.lrange(key("ui-bounded", "history"), 0, -1)]
+        samples = [json.loads(s) for s in data.lrange(ctl_key("ui-bounded", "history"), 0, -1)]
         assert [s["emitted"] for s in samples] == [7, 8, 9, 10, 11]
         assert samples[-1]["t"] == pytest.approx(time.time(), abs=5)
         # a new run of the same id starts a fresh chart
         control.finish("ui-bounded", token, RunStatus("ui-bounded", "completed"))
         control.register("ui-bounded", "local", 1)
-        assert data.llen(key("ui-bounded", "history")) == 0
+        assert data.llen(ctl_key("ui-bounded", "history")) == 0
     finally:
         for k in data.keys("topology:{ui-bounded:ctl}:*"):
             data.delete(k)

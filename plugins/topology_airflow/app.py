@@ -30,8 +30,8 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from state.layout import ctl_key
-from topology_runtime.control.control_plane import REGISTRY, ControlPlane, RunRecord, key
+from state.layout import REGISTRY, ctl_key
+from topology_runtime.control.control_plane import ControlPlane, RunRecord
 
 URL_PREFIX = "/topologies"
 MAX_ERRORS = 20  # the page shows the most recent errors; the run keeps its own bounded list
@@ -143,9 +143,9 @@ def topology_detail(control: ControlPlane, name: str) -> dict[str, Any] | None:
         return None
     now = time.time()
     pipe = control.redis.pipeline(transaction=False)
-    pipe.lrange(key(name, "history"), 0, -1)
+    pipe.lrange(ctl_key(name, "history"), 0, -1)
     pipe.hgetall(ctl_key(name, "checkpoint"))
-    pipe.get(key(name, TX_CURRENT))
+    pipe.get(ctl_key(name, TX_CURRENT))
     raw_history, checkpoint, tx_current = pipe.execute()
     history = [json.loads(s) for s in raw_history]
     status = rec.status or {}

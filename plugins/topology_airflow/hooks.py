@@ -17,7 +17,8 @@ from airflow.sdk import BaseHook
 
 from state import RecoveryReport, recover
 from state.checkpoint import COMMITTED, load_checkpoint
-from topology_runtime.control.control_plane import ControlPlane, RunRecord, key
+from state.layout import ctl_key
+from topology_runtime.control.control_plane import ControlPlane, RunRecord
 from topology_runtime.launchers.spark import DEFAULT_SPARK_CONF, DRIVER_SCRIPT, driver_args, spark_env
 
 # Where the transactional coordinator keeps the next txid to commit (topology_runtime/transactional/
@@ -185,10 +186,10 @@ class TopologyHook(BaseHook):
         mode) and of its transactional coordinator (``tx_id``: ``topology.transactional.id``,
         default the run name); None where the topology has none."""
         client = self.control.redis
-        cp = load_checkpoint(client, name) if client.exists(key(name, "checkpoint")) else None
+        cp = load_checkpoint(client, name) if client.exists(ctl_key(name, "checkpoint")) else None
         # PREPARING(t) and COMMITTING(t) mean t-1 is the last txid committed everywhere.
         checkpoint = None if cp is None else (cp.txid if cp.state == COMMITTED else cp.txid - 1)
-        cur = client.get(key(tx_id or name, TX_CURRENT_KEY))
+        cur = client.get(ctl_key(tx_id or name, TX_CURRENT_KEY))
         return {"checkpoint": checkpoint, "transactional": int(cur) - 1 if cur is not None else None}
 
     def kill(self, name: str, drain: bool = False) -> bool:

@@ -20,8 +20,8 @@ from typing import Any
 import redis.asyncio as aioredis
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from state.layout import ctl_key
 from topology_runtime.api.status import FINAL_STATES
-from topology_runtime.control.control_plane import key
 
 # Consecutive polls that find the local driver process gone while the run record is not final
 # before the run is declared lost (the final status may still be landing).
@@ -87,9 +87,9 @@ class TopologyTrigger(BaseTrigger):
             while True:
                 try:
                     pipe = client.pipeline(transaction=False)
-                    pipe.hgetall(key(self.name, "run"))
-                    pipe.get(key(self.name, "status"))
-                    pipe.exists(key(self.name, "lease"))
+                    pipe.hgetall(ctl_key(self.name, "run"))
+                    pipe.get(ctl_key(self.name, "status"))
+                    pipe.exists(ctl_key(self.name, "lease"))
                     info, raw_status, live = await pipe.execute()
                 except aioredis.RedisError as e:  # an outage is not the run's end: keep polling
                     self.log.warning("topology %r: Redis unreachable (%s); retrying", self.name, e)

@@ -25,9 +25,10 @@ from typing import Any
 
 import redis
 
+from state.layout import REGISTRY, ctl_key
+
 from ..api.status import FINAL_STATES, ComponentStats, RunStatus
 
-REGISTRY = "topology:runs"
 LEASE_TTL_MS = int(os.environ.get("TOPOLOGY_LEASE_TTL_MS", 15000))  # how long a vanished driver blocks its id
 RECORD_TTL_SECS = 7 * 24 * 3600  # a finished run's records expire after a week
 # ~15 minutes of samples at the reporter's 2 s publish interval: enough for the UI's chart, bounded.
@@ -87,9 +88,6 @@ class LeaseLost(RuntimeError):
     """This run's lease expired or was taken over: it must stop writing."""
 
 
-def key(topology_id: str, name: str) -> str:
-    return f"topology:{{{topology_id}:ctl}}:{name}"
-
 
 @dataclass
 class RunRecord:
@@ -140,9 +138,9 @@ class ControlPlane:
     def register(self, topology_id: str, launcher: str, workers: int, **info: Any) -> int:
         """Take the run's lease (fencing token) or raise RunAlreadyLive naming the live run."""
         r = self.redis
-        token = int(r.incr(key(topology_id, "token")))
-        if not r.set(key(topology_id, "lease"), token, nx=True, px=LEASE_TTL_MS):
-            live = r.hgetall(key(topology_id, "run"))
+        token = int(r.incr(ctl_key(topology_id, "token")))
+        if not r.set(ctl_key(topology_id, "lease"), token, nx=True, px=LEASE_TTL_MS):
+            live = r.hgetall(ctl_key(topology_id, "run"))
             raise RunAlreadyLive(
                 f"topology {topology_id!r} is already live (launcher {live.get('launcher', '?')}, "
                 f"driver {live.get('host', '?')} pid {live.get('pid', '?')}, started {live.get('started', '?')}); "
@@ -155,61 +153,61 @@ class ControlPlane:
             **{k: v for k, v in info.items() if v is not None},
         }
         pipe = r.pipeline()
-        pipe.delete(key(topology_id, "run"), key(topology_id, "kill"), key(topology_id, "status"),
-                    key(topology_id, "history"))  # a new run's counters start at 0: a fresh chart
-        pipe.hset(key(topology_id, "run"), mapping={k: str(v) for k, v in record.items()})
+        pipe.delete(ctl_key(topology_id, "run"), ctl_key(topology_id, "kill"), ctl_key(topology_id, "status"),
+                    ctl_key(topology_id, "history"))  # a new run's counters start at 0: a fresh chart
+        pipe.hset(ctl_key(topology_id, "run"), mapping={k: str(v) for k, v in record.items()})
         pipe.zadd(REGISTRY, {topology_id: time.time()})
         pipe.execute()
         return token
 
     def renew(self, topology_id: str, token: int) -> None:
-        if not self._renew(keys=[key(topology_id, "lease")], args=[token, LEASE_TTL_MS]):
+        if not self._renew(keys=[ctl_key(topology_id, "lease")], args=[token, LEASE_TTL_MS]):
             raise LeaseLost(f"topology {topology_id!r}: lease {token} lost")
 
     def next_epoch(self, topology_id: str) -> int:
-        return int(self.redis.incr(key(topology_id, "epoch"))) - 1
+        return int(self.redis.incr(ctl_key(topology_id, "epoch"))) - 1
 
     def publish(self, topology_id: str, status: RunStatus, workers: dict | None = None, **info: Any) -> None:
         d = status.to_dict()
         d["workers"] = workers or {}
         d["updated"] = time.time()
         pipe = self.redis.pipeline()
-        pipe.set(key(topology_id, "status"), json.dumps(d))
+        pipe.set(ctl_key(topology_id, "status"), json.dumps(d))
         fields = {"state": status.state, **{k: str(v) for k, v in info.items() if v is not None}}
-        pipe.hset(key(topology_id, "run"), mapping=fields)
+        pipe.hset(ctl_key(topology_id, "run"), mapping=fields)
         # The chart's time series rides in the same round trip, bounded by LTRIM.
-        pipe.rpush(key(topology_id, "history"), json.dumps(history_sample(status, d["updated"])))
-        pipe.ltrim(key(topology_id, "history"), -HISTORY_SAMPLES, -1)
+        pipe.rpush(ctl_key(topology_id, "history"), json.dumps(history_sample(status, d["updated"])))
+        pipe.ltrim(ctl_key(topology_id, "history"), -HISTORY_SAMPLES, -1)
         pipe.execute()
 
     def kill_request(self, topology_id: str) -> str | None:
-        return self.redis.get(key(topology_id, "kill"))
+        return self.redis.get(ctl_key(topology_id, "kill"))
 
     def finish(self, topology_id: str, token: int, status: RunStatus, workers: dict | None = None) -> None:
         self.publish(topology_id, status, workers, ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         pipe = self.redis.pipeline()
         for name in ("run", "status", "token", "epoch", "history"):
-            pipe.expire(key(topology_id, name), RECORD_TTL_SECS)
-        pipe.delete(key(topology_id, "kill"))
+            pipe.expire(ctl_key(topology_id, name), RECORD_TTL_SECS)
+        pipe.delete(ctl_key(topology_id, "kill"))
         pipe.execute()
-        self._release(keys=[key(topology_id, "lease")], args=[token])
+        self._release(keys=[ctl_key(topology_id, "lease")], args=[token])
 
     # --- reader side (CLI, Airflow) -------------------------------------------------------------
     def request_kill(self, topology_id: str, drain: bool = False) -> bool:
         """Ask the live run to stop; False if no run of that id is live."""
-        if not self.redis.exists(key(topology_id, "lease")):
+        if not self.redis.exists(ctl_key(topology_id, "lease")):
             return False
-        self.redis.set(key(topology_id, "kill"), "drain" if drain else "kill", ex=3600)
+        self.redis.set(ctl_key(topology_id, "kill"), "drain" if drain else "kill", ex=3600)
         return True
 
     def is_live(self, topology_id: str) -> bool:
-        return bool(self.redis.exists(key(topology_id, "lease")))
+        return bool(self.redis.exists(ctl_key(topology_id, "lease")))
 
     def get(self, topology_id: str) -> RunRecord | None:
         pipe = self.redis.pipeline()
-        pipe.hgetall(key(topology_id, "run"))
-        pipe.get(key(topology_id, "status"))
-        pipe.exists(key(topology_id, "lease"))
+        pipe.hgetall(ctl_key(topology_id, "run"))
+        pipe.get(ctl_key(topology_id, "status"))
+        pipe.exists(ctl_key(topology_id, "lease"))
         info, status, live = pipe.execute()
         if not info and not status:
             return None
