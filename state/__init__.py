@@ -1,12 +1,26 @@
 """State for topologies: key-value state with Storm's prepare/commit/rollback, in memory or in
-Redis. Needs only redis-py and msgpack; never imports the runtime."""
+Redis. Needs only redis-py and msgpack; never imports the runtime.
 
-from .checkpoint import CheckPointState
-from .keyvalue import InMemoryKeyValueState, KeyValueState, StateError
-from .recovery import RecoveryRefused, RecoveryReport, recover, reset
-from .redis_kv import RedisKeyValueState
-from .serializer import StateSerializationError
-from .values import OpaqueValue, TransactionalValue, ValueMap
+Names load on first use, so the pure parts (``state.checkpoint_state``, ``state.layout``) can
+be imported without loading redis-py."""
 
-__all__ = ["OpaqueValue", "TransactionalValue", "ValueMap", "CheckPointState", "InMemoryKeyValueState", "KeyValueState", "RecoveryRefused", "RecoveryReport",
-           "RedisKeyValueState", "StateError", "StateSerializationError", "recover", "reset"]
+from importlib import import_module
+from typing import Any
+
+_NAMES = {
+    "CheckPointState": "checkpoint_state",
+    "InMemoryKeyValueState": "keyvalue", "KeyValueState": "keyvalue", "StateError": "keyvalue",
+    "RecoveryRefused": "recovery", "RecoveryReport": "recovery", "recover": "recovery", "reset": "recovery",
+    "RedisKeyValueState": "redis_kv",
+    "StateSerializationError": "serializer",
+    "OpaqueValue": "values", "TransactionalValue": "values", "ValueMap": "values",
+}
+__all__ = sorted(_NAMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{_NAMES[name]}"), name)
+    globals()[name] = value
+    return value

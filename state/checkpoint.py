@@ -1,47 +1,22 @@
-"""Storm's CheckPointState: the checkpoint spout's persistent record and its transitions.
-
-| state         | next (normal)  | next (recovering) | action (normal) | action (recovering) |
-| PREPARING(t)  | COMMITTING(t)  | COMMITTED(t-1)    | PREPARE         | ROLLBACK            |
-| COMMITTING(t) | COMMITTED(t)   | COMMITTED(t)      | COMMIT          | COMMIT              |
-| COMMITTED(t)  | PREPARING(t+1) | COMMITTED(t)      | PREPARE         | INITSTATE           |
-"""
+"""The checkpoint record in Redis: load and save a topology's CheckPointState
+(state/checkpoint_state.py has the states and transitions)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import redis
 
+from .checkpoint_state import (  # noqa: F401 - re-exported: the record's names
+    COMMIT,
+    COMMITTED,
+    COMMITTING,
+    INITIAL,
+    INITSTATE,
+    PREPARE,
+    PREPARING,
+    ROLLBACK,
+    CheckPointState,
+)
 from .layout import ctl_key
-
-COMMITTED, PREPARING, COMMITTING = "COMMITTED", "PREPARING", "COMMITTING"
-PREPARE, COMMIT, ROLLBACK, INITSTATE = "PREPARE", "COMMIT", "ROLLBACK", "INITSTATE"
-
-
-@dataclass(frozen=True)
-class CheckPointState:
-    txid: int
-    state: str
-
-    def next_state(self, recovering: bool) -> CheckPointState:
-        if self.state == PREPARING:
-            return CheckPointState(self.txid - 1, COMMITTED) if recovering else CheckPointState(self.txid, COMMITTING)
-        if self.state == COMMITTING:
-            return CheckPointState(self.txid, COMMITTED)
-        return self if recovering else CheckPointState(self.txid + 1, PREPARING)
-
-    def next_action(self, recovering: bool) -> str:
-        if self.state == PREPARING:
-            return ROLLBACK if recovering else PREPARE
-        if self.state == COMMITTING:
-            return COMMIT
-        return INITSTATE if recovering else PREPARE
-
-    def __str__(self) -> str:
-        return f"{self.state}({self.txid})"
-
-
-INITIAL = CheckPointState(-1, COMMITTED)
 
 
 def load_checkpoint(client: redis.Redis, topology_id: str) -> CheckPointState:

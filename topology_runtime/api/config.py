@@ -187,3 +187,15 @@ def resolve_config(conf: Mapping[str, Any] | None, workers: int | None = None) -
     if out[k] not in ("memory", "redis"):
         raise ConfigError(f"config key {k!r}: expected 'memory' or 'redis', got {out[k]!r}")
     return out
+
+
+def redis_url(conf: Mapping[str, Any], explicit: str | None = None, *, needed_for: str) -> str:
+    """The Redis a component or the runtime uses, the one rule everywhere: a URL given
+    explicitly (a spout's ``url=``), else ``topology.state.provider.config`` ``{"url": ...}``,
+    else the ``redis.url`` key (every launcher and command sets it to the Redis of the run).
+    ``needed_for`` says who asks, for the error when there is none."""
+    url = explicit or (conf.get("topology.state.provider.config") or {}).get("url") or conf.get("redis.url")
+    if not url:
+        raise ConfigError(f"{needed_for} needs Redis and no URL is set: pass url=..., set "
+                          f"topology.state.provider.config {{'url': 'redis://...'}} or the config key redis.url")
+    return str(url)

@@ -7,6 +7,6 @@ if __name__ == "__main__":
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if root not in sys.path:
         sys.path.insert(0, root)
-    from .spark_driver import main
+    from topology_runtime.launchers.spark_driver import main
 
     sys.exit(main())

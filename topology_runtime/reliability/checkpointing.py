@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from state.checkpoint import COMMIT, COMMITTED, INITSTATE, PREPARE, ROLLBACK, CheckPointState
+from state.checkpoint_state import COMMIT, COMMITTED, INITSTATE, PREPARE, ROLLBACK, CheckPointState
 
 CHECKPOINT_SPOUT = "$checkpointspout"
 CHECKPOINT_STREAM = "$checkpoint"

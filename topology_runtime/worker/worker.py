@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import os
 import sys
 import time
 from collections import deque
@@ -19,15 +18,20 @@ from typing import Any
 
 import zmq
 
-from ..api.builder import is_basic
-from ..api.components import StatefulBolt, TopologyContext, Tuple
-from ..plan.planner import ACKER, Plan
-from ..reliability.checkpointing import CHECKPOINT_SPOUT
+from ..api.components import Tuple
+from ..plan.planner import Plan
+from ..transport.messages import Control
 from ..transport.sockets import ControlClient, DataTransport, pack, unpack
-from .checkpoint import CheckpointSpout
-from .executors import AckerExecutor, BoltExecutor, SpoutExecutor
+from .acker_executor import AckerExecutor
+from .bolt_executor import BoltExecutor
+from .checkpoints import ExactlyOnceWorker
+from .control_channel import handle_control, send_stats, set_peers, wait_for_peers
+from .logs import setup_worker_logging
 from .offloop import Completions, OnDone, SerialRunner
-from .routing import build_routes
+from .port import WorkerPort
+from .spout_executor import SpoutExecutor
+from .startup import FatalStartupError, start_tasks, tick_schedule
+from .task_state import TaskStateProvider
 
 log = logging.getLogger("topology.worker")
 
@@ -37,7 +41,6 @@ SPOUT_CALLS_PER_ITERATION = 64
 QUEUE_BUDGET = 20000
 RESPONSIVE_EVERY = 256  # tuples between mid-drain looks outside the queue
 FLUSH_EVERY = 1024  # tuples between mid-drain flushes of this worker's own acks and batches
-PEER_WAIT_SECS = 120.0
 SUPERVISOR_SILENCE_SECS = 10.0
 
 
@@ -50,35 +53,6 @@ class WorkerSpec:
     control_address: str
     secret: bytes
     host: str = "127.0.0.1"
-
-
-class _ContextFilter(logging.Filter):
-    def __init__(self, topology: str, worker: int) -> None:
-        super().__init__()
-        self.topology, self.worker = topology, worker
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.topology = self.topology
-        record.worker = self.worker
-        if not hasattr(record, "component"):
-            record.component = "-"
-            record.task = "-"
-        return True
-
-
-def setup_worker_logging(topology_id: str, index: int, debug: bool = False) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.addFilter(_ContextFilter(topology_id, index))
-    handler.setFormatter(logging.Formatter(
-        "%(asctime)s %(levelname)s [%(topology)s worker=%(worker)s %(component)s task=%(task)s] %(message)s"
-    ))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(logging.DEBUG if debug else logging.INFO)
-
-
-class FatalStartupError(Exception):
-    pass
 
 
 class Worker:
@@ -95,10 +69,6 @@ class Worker:
         self.batch_size = int(self.conf["topology.transfer.batch.size"])
 
         self.queue: deque = deque()
-        self.ack_buf: dict[int, int] = {}
-        self.fail_buf: list[int] = []
-        self.reset_buf: list[int] = []
-        self.init_buf: list[tuple[int, int, int]] = []
         self.outbox: dict[int, list[list]] = {}
         self.errors: list[dict] = []
         self.errors_dropped = 0
@@ -112,7 +82,8 @@ class Worker:
         self.checkpoint_spout = None
         self.exactly_once = bool(plan.exactly_once)
         self._eo_failed = False
-        self.spout_states: dict[int, Any] = {}  # exactly-once: spout task -> its position state
+        self.eo = ExactlyOnceWorker(self._drain_queue) if self.exactly_once else None
+        self.task_state = TaskStateProvider(self.conf, spec.topology_id, plan.component_tasks)
 
         self.local_tasks = set(plan.tasks_of_worker(self.index))
         self.task_worker = plan.task_worker
@@ -144,8 +115,13 @@ class Worker:
         self.address = self.transport.bind()
         self.control = ControlClient(self.transport.ctx, spec.secret, spec.control_address,
                                      f"w{self.index}".encode())
+        self.port = WorkerPort(
+            deliver=self.deliver, enqueue=lambda ex, tup: self.queue.append((ex, tup)),
+            record_error=self.record_error, run_off_loop=self.run_off_loop, barrier_done=self.barrier_done,
+            exactly_once_failure=self.exactly_once_failure, preferred_acker_slot=self.preferred_acker_slot,
+            n_ackers=self.n_ackers, streams=self.streams, exactly_once=self.exactly_once)
 
-    # --- helpers used by executors ----------------------------------------------------------------
+    # --- what executors may call, through their WorkerPort ----------------------------------------------------------------
     def preferred_acker_slot(self, _counter=[0]) -> int:  # noqa: B006 - spreads spouts over local ackers
         local = [i for i, t in enumerate(self.acker_tasks) if t in self.local_tasks]
         if local:
@@ -207,214 +183,27 @@ class Worker:
             self.errors_dropped += 1
 
     # --- setup -------------------------------------------------------------------------------------
-    def _hello(self) -> None:
-        self.control.send({"t": "hello", "w": self.index, "inc": self.spec.incarnation,
-                           "addr": self.address, "pid": os.getpid(), "python": sys.executable,
-                           "host": self.spec.host})
-
-    def set_peers(self, peers: dict) -> None:
-        """Peer addresses known up front (Spark's allGather); else the supervisor sends them."""
-        self._connect_peers(peers)
-        self._preset_peers = True
-
-    def _wait_for_peers(self) -> None:
-        deadline = time.monotonic() + PEER_WAIT_SECS
-        self._hello()
-        if getattr(self, "_preset_peers", False):
-            return
-        last_hello = time.monotonic()
-        while time.monotonic() < deadline:
-            if self.control.sock.poll(200):
-                for msg in self.control.recv_all():
-                    if msg.get("t") == "peers":
-                        self._connect_peers(msg["peers"])
-                        return
-                    if msg.get("t") == "stop":
-                        raise SystemExit(0)
-            if time.monotonic() - last_hello > 2.0:  # the supervisor may have missed it
-                self._hello()
-                last_hello = time.monotonic()
-        raise FatalStartupError(f"worker {self.index}: no peer addresses from the supervisor in {PEER_WAIT_SECS}s")
-
-    def _connect_peers(self, peers: dict) -> None:
-        for w, addr in peers.items():
-            w = int(w)
-            if w != self.index and self._peer_addr.get(w) != addr:
-                self.transport.connect(w, addr)  # a restarted peer binds a new address
-                self._peer_addr[w] = addr
-
-    def _start_tasks(self) -> None:
-        plan = self.plan
-        tasks_map = {c: list(t) for c, t in plan.component_tasks.items()}
-        max_pending = self.conf.get("topology.max.spout.pending")
-        for task in sorted(self.local_tasks):
-            cid = plan.task_component[task]
-            if cid == ACKER:
-                self.local_ackers[task] = AckerExecutor(task)
-                continue
-            if cid == CHECKPOINT_SPOUT:
-                instance = self._checkpoint_spout()
-                routes = build_routes(plan, cid, task, self.local_tasks)
-                ctx = TopologyContext(task, cid, 0, tasks_map, self.spec.topology_id, self.index)
-                ex = SpoutExecutor(self, task, cid, instance, routes, None)
-                self.local_spouts[task] = ex
-                self.checkpoint_spout = instance
-                self._open(ex, instance.open, dict(self.conf), ctx)
-                continue
-            spec = plan.spec(cid)
-            instance = spec.new_instance()
-            routes = build_routes(plan, cid, task, self.local_tasks)
-            conf = dict(self.conf)
-            conf.update(plan.component_conf.get(cid, {}))
-            ctx = TopologyContext(task, cid, plan.task_index(task), tasks_map, self.spec.topology_id, self.index)
-            if spec.is_spout:
-                ex = SpoutExecutor(self, task, cid, instance, routes, max_pending)
-                self.local_spouts[task] = ex
-                self._open(ex, instance.open, conf, ctx)
-                if self.exactly_once:
-                    self._restore_spout(ex, task)
-            else:
-                ex = BoltExecutor(self, task, cid, instance, routes, basic=is_basic(instance))
-                self.local_bolts[task] = ex
-                self._open(ex, instance.prepare, conf, ctx)
-                if plan.stateful:
-                    state = self._state_for(ex, cid, task) if isinstance(instance, StatefulBolt) else None
-                    if self.exactly_once:
-                        ex.enable_exactly_once(plan.checkpoint_inputs[cid], state)
-                    else:
-                        ex.enable_checkpointing(plan.checkpoint_inputs[cid], state)
-
-    # --- state -------------------------------------------------------------------------------------
-    def _state_redis(self):
-        if getattr(self, "_redis", None) is None:
-            import redis
-
-            cfg = self.conf.get("topology.state.provider.config") or {}
-            url = cfg.get("url") or self.conf.get("redis.url")
-            if not url:
-                raise FatalStartupError(
-                    "topology.state.provider is 'redis' but no URL: set topology.state.provider.config "
-                    "{'url': 'redis://...'} or the config key redis.url")
-            self._redis = redis.Redis.from_url(url)
-        return self._redis
-
-    def _state_for(self, ex, component: str, task: int):
-        from state import InMemoryKeyValueState, RedisKeyValueState
-        from state.namespaces import register_namespaces
-
-        if self.conf["topology.state.provider"] != "redis":
-            return InMemoryKeyValueState()
-        try:
-            client = self._state_redis()
-            register_namespaces(client, self.spec.topology_id, component, self.plan.component_tasks[component])
-            return RedisKeyValueState(client, self.spec.topology_id, task)
-        except Exception as e:
-            self._report_fatal(ex, "state", e)
-            raise FatalStartupError(str(e)) from e
-
-    def _restore_spout(self, ex, task: int) -> None:
-        from state import RedisKeyValueState
-
-        try:
-            st = RedisKeyValueState(self._state_redis(), self.spec.topology_id, task)
-            snap = st.get("__snapshot")
-            if snap is not None:
-                ex.instance.restore(snap)
-                ex.log.info("restored to the committed position %r", snap)
-        except Exception as e:
-            self._report_fatal(ex, "restore", e)
-            raise FatalStartupError(str(e)) from e
-        self.spout_states[task] = st
-
     def barrier_done(self, task: int, txid: int) -> None:
-        self.control.send({"t": "barrier_done", "w": self.index, "inc": self.spec.incarnation,
+        self.control.send({"t": Control.BARRIER_DONE, "w": self.index, "inc": self.spec.incarnation,
                            "task": task, "txid": txid})
 
     def exactly_once_failure(self, reason: str) -> None:
         if not self._eo_failed:  # once per incarnation: the supervisor rolls everything back
             self._eo_failed = True
             log.warning("exactly-once: %s; asking for a rollback to the last checkpoint", reason)
-            self.control.send({"t": "eo_failure", "w": self.index, "inc": self.spec.incarnation, "reason": reason})
+            self.control.send({"t": Control.EO_FAILURE, "w": self.index, "inc": self.spec.incarnation, "reason": reason})
 
-    def _eo_barrier(self, txid: int) -> None:
-        for task, ex in self.local_spouts.items():
-            if ex.system:
-                continue
-            st = self.spout_states[task]
-            st.put("__snapshot", ex.instance.snapshot())
-            st.prepare_commit(txid)
-            ex.emit_barrier(txid)
-        self._drain_queue()
-
-    def _eo_commit(self, txid: int) -> None:
-        from ..testing.faults import maybe_crash
-
-        maybe_crash("between", txid)
-        for st in self.spout_states.values():
-            if st.prepared_txid == txid:
-                st.commit(txid)
-        for ex in self.local_bolts.values():
-            st = getattr(ex, "eo_state", None)
-            if st is not None and st.prepared_txid == txid:
-                ex.instance.pre_commit(txid)
-                st.commit(txid)
-        maybe_crash("commit", txid)
-        self.control.send({"t": "committed", "w": self.index, "inc": self.spec.incarnation, "txid": txid})
-
-    def _checkpoint_spout(self):
-        from state.checkpoint import INITIAL, load_checkpoint, save_checkpoint
-
-        interval = float(self.conf["topology.state.checkpoint.interval.ms"])
-        if self.conf["topology.state.provider"] == "redis":
-            client = self._state_redis()
-            tid = self.spec.topology_id
-            return CheckpointSpout(lambda: load_checkpoint(client, tid), lambda cp: save_checkpoint(client, tid, cp),
-                                   interval)
-        box = [INITIAL]
-        return CheckpointSpout(lambda: box[0], lambda cp: box.__setitem__(0, cp), interval)
-
-    def _report_fatal(self, ex, what: str, e: BaseException) -> None:
-        import traceback
-
-        tb = traceback.format_exc()
-        ex.log.error("%s raised %s: %s\n%s", what, type(e).__name__, e, tb.rstrip())
-        self.control.send({"t": "fatal", "w": self.index, "component": ex.component, "task": ex.task,
-                           "error": f"{ex.component}[{ex.task}] {what}: {type(e).__name__}: {e}",
-                           "traceback": tb})
-
-    def _open(self, ex, fn, conf: dict, ctx: TopologyContext) -> None:
-        what = fn.__name__
-        try:
-            fn(conf, ctx)
-        except Exception as e:
-            import traceback
-
-            tb = traceback.format_exc()
-            ex.log.error("%s() raised %s: %s\n%s", what, type(e).__name__, e, tb.rstrip())
-            self.control.send({"t": "fatal", "w": self.index, "component": ex.component, "task": ex.task,
-                               "error": f"{ex.component}[{ex.task}] {what}() raised {type(e).__name__}: {e}",
-                               "traceback": tb})
-            raise FatalStartupError(str(e)) from e
-
-    def _tick_schedule(self, now: float) -> list[list]:
-        sched = []
-        by_comp: dict[str, list[BoltExecutor]] = {}
-        for ex in self.local_bolts.values():
-            by_comp.setdefault(ex.component, []).append(ex)
-        for cid, exs in by_comp.items():
-            freq = self.plan.component_conf.get(cid, {}).get("topology.tick.tuple.freq.secs",
-                                                             self.conf.get("topology.tick.tuple.freq.secs"))
-            if freq:
-                sched.append([float(freq), exs, now + float(freq)])
-        return sched
+    def eo_commit(self, txid: int) -> None:
+        self.eo.commit(txid)
+        self.control.send({"t": Control.COMMITTED, "w": self.index, "inc": self.spec.incarnation, "txid": txid})
 
     # --- the loop ------------------------------------------------------------------------------------
     def run(self) -> int:
-        self._wait_for_peers()
-        self._start_tasks()
+        wait_for_peers(self)
+        start_tasks(self)
         log.info("worker %d (incarnation %d) running %d task(s) at %s", self.index, self.spec.incarnation,
                  len(self.local_tasks), self.address)
-        self.control.send({"t": "ready", "w": self.index, "inc": self.spec.incarnation})
+        self.control.send({"t": Control.READY, "w": self.index, "inc": self.spec.incarnation})
         # Tuples are short-lived and acyclic: keep the collector off the hot path. Objects built
         # during start-up (plan, user state, inputs) move to the permanent generation, and the
         # young generation is collected less often, which removes multi-ms pauses from p99.
@@ -430,7 +219,7 @@ class Worker:
         now = time.monotonic()
         next_timeout = now + timeout_secs
         next_stats = now + min(stats_every, 0.2)
-        ticks = self._tick_schedule(now)
+        ticks = tick_schedule(self, now)
         poller = zmq.Poller()
         pull = self.transport.pull
         ctl = self.control.sock
@@ -448,7 +237,7 @@ class Worker:
                 self._run_completions()
                 busy = True
             if ctl in events:
-                self._handle_control()
+                handle_control(self)
             if pull in events:
                 for payload in transport.recv_payloads(64):
                     self._handle_batch(payload)
@@ -480,7 +269,7 @@ class Worker:
                     busy = True
             if now >= next_stats:
                 next_stats = now + stats_every
-                self._send_stats()
+                send_stats(self)
                 if now - self.last_control > SUPERVISOR_SILENCE_SECS:
                     # The supervisor probes every 0.1 s: silence means it is gone (killed driver).
                     log.error("worker %d: no word from the supervisor for %.0fs; stopping",
@@ -609,11 +398,12 @@ class Worker:
 
     def _flush(self) -> None:
         # Spout callbacks run while applying outcomes may emit again: loop until quiet.
-        while self.init_buf or self.ack_buf or self.fail_buf or self.reset_buf:
-            inits, self.init_buf = self.init_buf, []
-            acks, self.ack_buf = self.ack_buf, {}
-            fails, self.fail_buf = self.fail_buf, []
-            resets, self.reset_buf = self.reset_buf, []
+        port = self.port
+        while port.inits or port.acks or port.fails or port.resets:
+            inits, port.inits = port.inits, []
+            acks, port.acks = port.acks, {}
+            fails, port.fails = port.fails, []
+            resets, port.resets = port.resets, []
             # XOR-combined per root: zero means "no change" (every edge cancelled out).
             self._apply_acker_msgs(inits, [(r, v) for r, v in acks.items() if v], fails, resets)
         for w in list(self.outbox):
@@ -626,71 +416,6 @@ class Worker:
             return
         self.transport.send(w, pack([self.index, *ob]))
         self.sent_batches += 1
-
-    # --- control ----------------------------------------------------------------------------------
-    def _handle_control(self) -> None:
-        self.last_control = time.monotonic()
-        for msg in self.control.recv_all():
-            t = msg.get("t")
-            if t == "probe":
-                self._flush()
-                spouts = self.local_spouts.values()
-                cp = self.checkpoint_spout.machine if self.checkpoint_spout is not None else None
-                self.control.send({
-                    "t": "probe_reply", "w": self.index, "inc": self.spec.incarnation, "seq": msg["seq"],
-                    "idle": not self.queue and not self.transport.backlogged() and not self.off_loop_inflight,
-                    "finished": all(s.finished or s.deactivated for s in spouts if not s.system),
-                    "cp_final_done": None if cp is None else cp.final_done,
-                    "pending": sum(len(s.pending) for s in spouts),
-                    "counters": [self.sent_batches, self.recv_batches,
-                                 sum(e.stats.executed for e in self.local_bolts.values()),
-                                 sum(e.stats.emitted for e in spouts)],
-                })
-            elif t == "peers":
-                self._connect_peers(msg["peers"])
-            elif t == "drain":
-                self.draining = True
-                for s in self.local_spouts.values():
-                    if not s.system:  # the checkpoint spout keeps going: the final commit needs it
-                        s.deactivated = True
-            elif t == "barrier":
-                try:
-                    self._eo_barrier(msg["txid"])
-                except Exception as e:  # noqa: BLE001 - Redis down etc.: roll back, retry later
-                    log.exception("exactly-once barrier %s failed", msg["txid"])
-                    self.exactly_once_failure(f"barrier {msg['txid']}: {e}")
-            elif t == "commit":
-                try:
-                    self._eo_commit(msg["txid"])
-                except Exception as e:  # noqa: BLE001
-                    log.exception("exactly-once commit %s failed", msg["txid"])
-                    self.exactly_once_failure(f"commit {msg['txid']}: {e}")
-            elif t == "final_checkpoint":
-                if self.checkpoint_spout is not None and self.checkpoint_spout.machine is not None:
-                    self.checkpoint_spout.machine.request_final(time.monotonic())
-            elif t == "stop":
-                self.stop_requested = True
-
-    def stats_snapshot(self) -> dict:
-        tasks: dict[int, dict] = {}
-        for group in (self.local_spouts, self.local_bolts, self.local_ackers):
-            for task, ex in group.items():
-                tasks[task] = ex.stats.to_dict()
-        if self.queue:  # input queue depth per task (once per stats interval, not per tuple)
-            depth: dict[int, int] = {}
-            for ex, _ in self.queue:
-                depth[ex.task] = depth.get(ex.task, 0) + 1
-            for task, n in depth.items():
-                tasks[task]["queue"] = n
-        return {"tasks": tasks, "queue": len(self.queue), "pid": os.getpid(), "backlog": self.transport.backlogged(),
-                "pending": sum(len(s.pending) for s in self.local_spouts.values()),
-                "acker_pending": sum(len(a.acker) for a in self.local_ackers.values()),
-                "misrouted": self.misrouted, "rejected": self.transport.rejected}
-
-    def _send_stats(self, final: bool = False) -> None:
-        errors, self.errors = self.errors, []
-        self.control.send({"t": "stopped" if final else "stats", "w": self.index, "inc": self.spec.incarnation,
-                           "stats": self.stats_snapshot(), "errors": errors})
 
     def _shutdown(self) -> None:
         for r in self.off_loop_runners.values():
@@ -706,7 +431,7 @@ class Worker:
                 b.instance.cleanup()
             except Exception as e:  # noqa: BLE001
                 b.report_error("cleanup()", e)
-        self._send_stats(final=True)
+        send_stats(self, final=True)
         log.info("worker %d stopped", self.index)
         self.control.close()
         self.transport.close()
@@ -725,7 +450,7 @@ def run_worker(spec: WorkerSpec, peers_from=None) -> int:
     try:
         worker = Worker(spec)
         if peers_from is not None:
-            worker.set_peers(peers_from(worker.address))
+            set_peers(worker, peers_from(worker.address))
     except Exception:
         log.exception("worker %d could not start", spec.index)
         return 3

@@ -1,0 +1,210 @@
+"""The bolt executor: the collector a bolt calls (emit, ack, fail, emitters for bulk emits, work
+off the loop) and the execution of its input tuples, with BasicBolt's automatic acking.
+Checkpointing and barrier alignment wrap ``process`` (checkpoints.py)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from random import getrandbits
+from typing import Any
+
+from ..api.components import DEFAULT_STREAM, TICK_INFO, FailedException, Tuple
+from ..transport.wire import check_values
+from .executor_base import BaseExecutor, EmitError
+from .port import WorkerPort
+from .routing import Route
+
+_SAMPLE_MASK = 31  # time one execute in 32 (Storm samples too)
+
+
+def _ignore_ack(tup: Tuple) -> None:
+    pass
+
+
+class BoltExecutor(BaseExecutor):
+    """Runs one bolt task: binds the collector on the instance and executes its input tuples."""
+
+    def __init__(self, port: WorkerPort, task: int, component: str, instance: Any, routes: dict[str, Route], basic: bool) -> None:
+        super().__init__(port, task, component, instance, routes)
+        self.basic = basic
+        self.current: Tuple | None = None
+        self.tracking = port.n_ackers > 0
+        self._execute = instance.execute
+        # Bind the collector methods on the instance: user calls skip a frame.
+        instance.emit = self.emit
+        instance.emit_direct = self.emit_direct
+        instance.emitter = self.emitter
+        instance.router = self.router
+        instance.chunk_emitter = self.chunk_emitter
+        # A BasicBolt's input is acked by the runtime after execute; an explicit ack on top would
+        # XOR the same edge twice and the tree would never complete, so it is a no-op there.
+        instance.ack = _ignore_ack if basic else self.ack
+        instance.fail = self.fail
+        instance.reset_timeout = self.reset_timeout
+        instance.run_off_loop = self.run_off_loop
+
+    # --- collector -------------------------------------------------------------------------
+    def emit(self, values, anchors=None, stream: str = DEFAULT_STREAM) -> list[int]:
+        route = self._route(stream, False)
+        values = check_values(values, route.fields, self.component, stream)
+        targets = route.targets(values)
+        self._send(route, values, targets, anchors)
+        return targets
+
+    def emitter(self, stream: str = DEFAULT_STREAM) -> Callable[[list], list[int]]:
+        """``emit(values)`` for unanchored tuples on one stream, its route resolved once: for
+        a bolt emitting thousands of tuples in one execute (a transactional emitter's batch).
+        Same checks and routing as ``emit``, two calls fewer per tuple."""
+        route = self._route(stream, False)
+        fields, info, pick, task, component = route.fields, route.info, route.targets, self.task, self.component
+        deliver, stats = self.port.deliver, self.stats
+
+        def emit(values) -> list[int]:
+            values = check_values(values, fields, component, stream)
+            targets = pick(values)
+            for t in targets:
+                deliver(t, values, info, task, None)
+            stats.emitted += 1
+            return targets
+        return emit
+
+    def router(self, stream: str = DEFAULT_STREAM) -> Callable[[list], list[int]]:
+        """``targets(values)``: the tasks an emit of ``values`` on ``stream`` would go to, with the
+        same checks as ``emit``, sending nothing. For a bolt that groups many tuples per target and
+        sends each group as one tuple (a transactional batch's rows: see ``chunk_emitter``)."""
+        route = self._route(stream, False)
+        fields, pick, component = route.fields, route.targets, self.component
+
+        def targets(values) -> list[int]:
+            return pick(check_values(values, fields, component, stream))
+        return targets
+
+    def chunk_emitter(self, stream: str) -> Callable[[int, list, list], None]:
+        """``emit(task, head, rows)`` on a direct ``stream`` of fields ``[head, rows]``, unanchored:
+        many tuples as one. Each row was checked by ``router`` and ``head`` must be a short flat
+        list (a transactional attempt), so the chunk is not walked again here."""
+        route = self._route(stream, True)
+        info, subscribers, deliver, stats, me = route.info, route.direct_targets, self.port.deliver, self.stats, self.task
+        if not info.chunk:
+            raise EmitError(f"component {self.component!r} stream {stream!r}: not a chunk stream (declare it "
+                            f"with Stream([head, rows], direct=True, chunk=True); it declares {route.fields})")
+
+        def emit(task: int, head: list, rows: list) -> None:
+            if task not in subscribers:
+                self._direct_target(route, task, stream)  # raises, naming the subscribers
+            stats.emitted += len(rows)  # the user's tuples, as if emitted one by one
+            deliver(task, [head, rows], info, me, None)
+        return emit
+
+    def emit_direct(self, task: int, values, anchors=None, stream: str = DEFAULT_STREAM) -> list[int]:
+        route = self._route(stream, True)
+        targets = self._direct_target(route, task, stream)
+        values = check_values(values, route.fields, self.component, stream)
+        self._send(route, values, targets, anchors)
+        return targets
+
+    def _send(self, route: Route, values: list, targets: list[int], anchors) -> None:
+        self.stats.emitted += 1
+        deliver = self.port.deliver
+        info = route.info
+        if anchors is None:
+            anchors = self.current  # BasicBolt: auto-anchor to the input
+        if anchors is None or not self.tracking:
+            for t in targets:
+                deliver(t, values, info, self.task, None)
+            return
+        if type(anchors) is Tuple:
+            am = anchors.anchors
+            if not am:
+                for t in targets:
+                    deliver(t, values, info, self.task, None)
+                return
+            if len(am) == 1:  # the common case: one anchor in one tree
+                (root,) = am
+                for t in targets:
+                    edge = getrandbits(64)
+                    anchors.out_ack_val ^= edge
+                    deliver(t, values, info, self.task, {root: edge})
+                return
+            anchors = (anchors,)
+        elif type(anchors) is not list and type(anchors) is not tuple:
+            anchors = list(anchors)  # an iterator would be used up by the first target
+        for t in targets:
+            out: dict | None = None
+            for a in anchors:
+                am = a.anchors
+                if am:
+                    edge = getrandbits(64)
+                    a.out_ack_val ^= edge
+                    if out is None:
+                        out = {}
+                    for r in am:
+                        out[r] = out.get(r, 0) ^ edge
+            deliver(t, values, info, self.task, out)
+
+    def ack(self, tup: Tuple) -> None:
+        am = tup.anchors
+        if am:
+            buf = self.port.acks
+            oav = tup.out_ack_val
+            for r, i in am.items():
+                buf[r] = buf.get(r, 0) ^ i ^ oav
+        self.stats.acked += 1
+
+    def fail(self, tup: Tuple) -> None:
+        am = tup.anchors
+        if am:
+            self.port.fails.extend(am)
+        self.stats.failed += 1
+
+    def reset_timeout(self, tup: Tuple) -> None:
+        am = tup.anchors
+        if am:
+            self.port.resets.extend(am)
+
+    def run_off_loop(self, fn: Callable[[], Any], on_done: Callable[[Any, BaseException | None], None]) -> None:
+        """Run the blocking ``fn()`` on this task's own thread, one call at a time in submission
+        order; ``on_done(result, error)`` runs afterwards on the loop thread, where emit, ack and
+        fail may be called. What ``on_done`` raises is reported like an error in execute."""
+        def done(result: Any, error: BaseException | None) -> None:
+            try:
+                on_done(result, error)
+            except Exception as e:  # noqa: BLE001 - a user bug fails what on_done failed, the worker goes on
+                self.report_error(f"{getattr(fn, '__qualname__', 'call')}() off the loop", e)
+
+        self.port.run_off_loop(self.task, fn, done)
+
+    # --- execution ---------------------------------------------------------------------------
+    def process(self, tup: Tuple) -> None:
+        stats = self.stats
+        stats.executed += 1
+        sample = not (stats.executed & _SAMPLE_MASK)
+        if sample:
+            t0 = time.perf_counter()
+        if self.basic:
+            self.current = tup
+            try:
+                self._execute(tup)
+            except FailedException:
+                self.fail(tup)
+            except Exception as e:  # noqa: BLE001 - a user bug fails the tuple, the worker goes on
+                self.report_error(f"execute({tup!r:.200})", e)
+                self.fail(tup)
+            else:
+                self.ack(tup)
+            finally:
+                self.current = None
+        else:
+            try:
+                self._execute(tup)
+            except Exception as e:  # noqa: BLE001
+                self.report_error(f"execute({tup!r:.200})", e)
+                self.fail(tup)
+        if sample:
+            stats.execute.record((time.perf_counter() - t0) * 1000.0)
+
+    def tick(self, freq: float) -> None:
+        self.port.enqueue(self, Tuple([freq], TICK_INFO, -1, None))
+
+

@@ -1,0 +1,126 @@
+"""The worker's side of the control channel: hello and peer addresses at start, then the
+supervisor's messages (probe, drain, stop, checkpoints) and this worker's stats."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from typing import TYPE_CHECKING
+
+from ..transport.messages import Control
+from .startup import FatalStartupError
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+log = logging.getLogger("topology.worker")
+PEER_WAIT_SECS = 120.0
+
+
+def hello(w: Worker) -> None:
+    w.control.send({"t": Control.HELLO, "w": w.index, "inc": w.spec.incarnation,
+                       "addr": w.address, "pid": os.getpid(), "python": sys.executable,
+                       "host": w.spec.host})
+
+
+def set_peers(w: Worker, peers: dict) -> None:
+    """Peer addresses known up front (Spark's allGather); else the supervisor sends them."""
+    connect_peers(w, peers)
+    w._preset_peers = True
+
+
+def wait_for_peers(w: Worker) -> None:
+    deadline = time.monotonic() + PEER_WAIT_SECS
+    hello(w, )
+    if getattr(w, "_preset_peers", False):
+        return
+    last_hello = time.monotonic()
+    while time.monotonic() < deadline:
+        if w.control.sock.poll(200):
+            for msg in w.control.recv_all():
+                if msg.get("t") == Control.PEERS:
+                    connect_peers(w, msg["peers"])
+                    return
+                if msg.get("t") == Control.STOP:
+                    raise SystemExit(0)
+        if time.monotonic() - last_hello > 2.0:  # the supervisor may have missed it
+            hello(w, )
+            last_hello = time.monotonic()
+    raise FatalStartupError(f"worker {w.index}: no peer addresses from the supervisor in {PEER_WAIT_SECS}s")
+
+
+def connect_peers(w: Worker, peers: dict) -> None:
+    for index, addr in peers.items():
+        index = int(index)
+        if index != w.index and w._peer_addr.get(index) != addr:
+            w.transport.connect(index, addr)  # a restarted peer binds a new address
+            w._peer_addr[index] = addr
+
+
+def handle_control(w: Worker) -> None:
+    w.last_control = time.monotonic()
+    for msg in w.control.recv_all():
+        t = msg.get("t")
+        if t == Control.PROBE:
+            w._flush()
+            spouts = w.local_spouts.values()
+            cp = w.checkpoint_spout.machine if w.checkpoint_spout is not None else None
+            w.control.send({
+                "t": Control.PROBE_REPLY, "w": w.index, "inc": w.spec.incarnation, "seq": msg["seq"],
+                "idle": not w.queue and not w.transport.backlogged() and not w.off_loop_inflight,
+                "finished": all(s.finished or s.deactivated for s in spouts if not s.system),
+                "cp_final_done": None if cp is None else cp.final_done,
+                "pending": sum(len(s.pending) for s in spouts),
+                "counters": [w.sent_batches, w.recv_batches,
+                             sum(e.stats.executed for e in w.local_bolts.values()),
+                             sum(e.stats.emitted for e in spouts)],
+            })
+        elif t == Control.PEERS:
+            connect_peers(w, msg["peers"])
+        elif t == Control.DRAIN:
+            w.draining = True
+            for s in w.local_spouts.values():
+                if not s.system:  # the checkpoint spout keeps going: the final commit needs it
+                    s.deactivated = True
+        elif t == Control.BARRIER:
+            try:
+                w.eo.barrier(msg["txid"])
+            except Exception as e:  # noqa: BLE001 - Redis down etc.: roll back, retry later
+                log.exception("exactly-once barrier %s failed", msg["txid"])
+                w.exactly_once_failure(f"barrier {msg['txid']}: {e}")
+        elif t == Control.COMMIT:
+            try:
+                w.eo_commit(msg["txid"])
+            except Exception as e:  # noqa: BLE001
+                log.exception("exactly-once commit %s failed", msg["txid"])
+                w.exactly_once_failure(f"commit {msg['txid']}: {e}")
+        elif t == Control.FINAL_CHECKPOINT:
+            if w.checkpoint_spout is not None and w.checkpoint_spout.machine is not None:
+                w.checkpoint_spout.machine.request_final(time.monotonic())
+        elif t == Control.STOP:
+            w.stop_requested = True
+
+
+def stats_snapshot(w: Worker) -> dict:
+    tasks: dict[int, dict] = {}
+    for group in (w.local_spouts, w.local_bolts, w.local_ackers):
+        for task, ex in group.items():
+            tasks[task] = ex.stats.to_dict()
+    if w.queue:  # input queue depth per task (once per stats interval, not per tuple)
+        depth: dict[int, int] = {}
+        for ex, _ in w.queue:
+            depth[ex.task] = depth.get(ex.task, 0) + 1
+        for task, n in depth.items():
+            tasks[task]["queue"] = n
+    return {"tasks": tasks, "queue": len(w.queue), "pid": os.getpid(), "backlog": w.transport.backlogged(),
+            "pending": sum(len(s.pending) for s in w.local_spouts.values()),
+            "acker_pending": sum(len(a.acker) for a in w.local_ackers.values()),
+            "misrouted": w.misrouted, "rejected": w.transport.rejected}
+
+
+def send_stats(w: Worker, final: bool = False) -> None:
+    errors, w.errors = w.errors, []
+    w.control.send({"t": Control.STOPPED if final else Control.STATS, "w": w.index, "inc": w.spec.incarnation,
+                       "stats": stats_snapshot(w), "errors": errors})

@@ -1,0 +1,190 @@
+"""The spout executor: the collector a spout calls (emit with a message id, finish), calling
+``next_tuple`` within ``max.spout.pending``, and the spout's side of acking: pending roots,
+outcomes from the ackers, timeouts, replay bookkeeping."""
+
+from __future__ import annotations
+
+import time
+from random import getrandbits
+from typing import Any
+
+from state.checkpoint_state import PREPARE
+
+from ..api.components import DEFAULT_STREAM
+from ..reliability import ACK, FAIL, SpoutPending
+from ..reliability.checkpointing import CHECKPOINT_STREAM
+from ..transport.wire import check_values
+from .executor_base import BaseExecutor
+from .port import WorkerPort
+from .routing import Route
+
+_TWO64 = 2**64
+
+
+class Barrier:
+    """The msg id of an exactly-once barrier tuple."""
+
+    __slots__ = ("txid",)
+
+    def __init__(self, txid: int) -> None:
+        self.txid = txid
+
+    def __repr__(self) -> str:
+        return f"Barrier({self.txid})"
+
+
+class SpoutExecutor(BaseExecutor):
+    """Runs one spout task: binds the collector on the instance, tracks what it emitted with a
+    message id until the ackers decide, and calls back ``ack``/``fail``."""
+
+    def __init__(self, port: WorkerPort, task: int, component: str, instance: Any, routes: dict[str, Route], max_pending: int | None) -> None:
+        super().__init__(port, task, component, instance, routes)
+        self.pending = SpoutPending()
+        self.max_pending = max_pending if port.n_ackers > 0 else None
+        self.n_ackers = port.n_ackers
+        self.acker_slot = port.preferred_acker_slot()
+        self.finished = False
+        self.deactivated = False
+        self.system = component.startswith("$")  # $checkpointspout: does not count for completion
+        self.failed_ids: set = set()
+        self.next_tuple_errors = 0
+        instance.emit = self.emit
+        instance.emit_direct = self.emit_direct
+        instance.finish = self.finish
+
+    def emit(self, values, msg_id: Any = None, stream: str = DEFAULT_STREAM) -> list[int]:
+        route = self._route(stream, False)
+        values = check_values(values, route.fields, self.component, stream)
+        targets = route.targets(values)
+        self._send(route, values, targets, msg_id)
+        return targets
+
+    def emit_direct(self, task: int, values, msg_id: Any = None, stream: str = DEFAULT_STREAM) -> list[int]:
+        route = self._route(stream, True)
+        targets = self._direct_target(route, task, stream)
+        values = check_values(values, route.fields, self.component, stream)
+        self._send(route, values, targets, msg_id)
+        return targets
+
+    def finish(self) -> None:
+        self.finished = True
+
+    def emit_barrier(self, txid: int) -> None:
+        """Exactly-once: the position is snapshotted (by the worker) and the barrier follows this
+        task's data on every downstream channel; its tree completes once all bolts prepared."""
+        route = self.routes[CHECKPOINT_STREAM]
+        values = [txid, PREPARE]
+        self._send(route, values, route.targets(values), Barrier(txid))
+        self.stats.emitted -= 1  # system tuple: not part of the user's figures
+
+    def _new_root(self) -> int:
+        # Root ids are random 64-bit numbers; we pick the residue mod n_ackers so the tree's
+        # acker lives in this worker when there is one (the init never crosses a process).
+        n = self.n_ackers
+        root = getrandbits(64)
+        root += self.acker_slot - root % n
+        if root >= _TWO64:
+            root -= n
+        return root
+
+    def _send(self, route: Route, values: list, targets: list[int], msg_id: Any) -> None:
+        stats = self.stats
+        stats.emitted += 1
+        deliver = self.port.deliver
+        info = route.info
+        if msg_id is None:
+            for t in targets:
+                deliver(t, values, info, self.task, None)
+            return
+        if self.failed_ids:
+            try:
+                if msg_id in self.failed_ids:
+                    self.failed_ids.discard(msg_id)
+                    stats.replayed += 1
+            except TypeError:
+                pass
+        if self.n_ackers == 0:  # Storm: no ackers -> the spout's ack is called at emit
+            for t in targets:
+                deliver(t, values, info, self.task, None)
+            stats.acked += 1
+            self._callback(self.instance.ack, msg_id)
+            return
+        root = self._new_root()
+        init_val = 0
+        for t in targets:
+            edge = getrandbits(64)
+            init_val ^= edge
+            deliver(t, values, info, self.task, {root: edge})
+        self.pending.add(root, msg_id, time.perf_counter())
+        self.port.inits.append((root, init_val, self.task))
+
+    def _callback(self, fn, msg_id) -> None:
+        try:
+            fn(msg_id)
+        except Exception as e:  # noqa: BLE001
+            self.report_error(f"{fn.__name__}({msg_id!r:.100})", e)
+
+    def can_emit(self) -> bool:
+        if self.finished or self.deactivated:
+            return False
+        mp = self.max_pending
+        return mp is None or len(self.pending) < mp
+
+    def run_next_tuple(self, max_calls: int) -> int:
+        """Call next_tuple up to max_calls times while it keeps emitting; return emits."""
+        stats = self.stats
+        start = stats.emitted
+        nt = self.instance.next_tuple
+        mp = self.max_pending
+        pending = self.pending
+        for _ in range(max_calls):
+            before = stats.emitted
+            try:
+                nt()
+            except Exception as e:  # noqa: BLE001
+                self.next_tuple_errors += 1
+                self.report_error("next_tuple()", e)
+                break
+            if stats.emitted == before or self.finished or (mp is not None and len(pending) >= mp):
+                break
+        return stats.emitted - start
+
+    def on_outcome(self, kind: int, root: int) -> None:
+        if kind == ACK:
+            e = self.pending.complete(root)
+            if e is None:
+                return  # already timed out: ignored, as in Storm
+            msg_id, t0 = e
+            if type(msg_id) is Barrier:
+                self.port.barrier_done(self.task, msg_id.txid)
+                return
+            self.stats.acked += 1
+            self.stats.complete.record((time.perf_counter() - t0) * 1000.0)
+            self._callback(self.instance.ack, msg_id)
+        elif kind == FAIL:
+            e = self.pending.complete(root)
+            if e is None:
+                return
+            self._failed(e[0])
+        else:
+            self.pending.reset(root)
+
+    def _failed(self, msg_id) -> None:
+        if self.port.exactly_once:
+            # No per-tuple replay: any failure rolls every task back to the last checkpoint.
+            self.port.exactly_once_failure(f"{self.component}[{self.task}]: tuple {msg_id!r:.60} failed or timed out")
+            if type(msg_id) is Barrier:
+                return
+        self.stats.failed += 1
+        try:
+            self.failed_ids.add(msg_id)
+        except TypeError:
+            pass
+        self._callback(self.instance.fail, msg_id)
+
+    def timeout_tick(self) -> None:
+        for msg_id, _t0 in self.pending.tick():
+            self.stats.timed_out += 1
+            self._failed(msg_id)
+
+

@@ -1,0 +1,123 @@
+"""A worker's start-up: its tasks' executors built, spouts opened, bolts prepared, state,
+checkpoints and ticks wired. A task that cannot start is reported to the supervisor as fatal."""
+
+from __future__ import annotations
+
+import traceback
+from typing import TYPE_CHECKING
+
+from ..api.builder import is_basic
+from ..api.components import StatefulBolt, TopologyContext
+from ..plan.planner import ACKER
+from ..reliability.checkpointing import CHECKPOINT_SPOUT
+from ..transport.messages import Control
+from .acker_executor import AckerExecutor
+from .bolt_executor import BoltExecutor
+from .checkpoints import BarrierAlignment, StormCheckpointing
+from .routing import build_routes
+from .spout_executor import SpoutExecutor
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+
+class FatalStartupError(Exception):
+    """A task cannot start (open/prepare raised, its state is unreachable)."""
+
+
+def start_tasks(w: Worker) -> None:
+    plan = w.plan
+    tasks_map = {c: list(t) for c, t in plan.component_tasks.items()}
+    max_pending = w.conf.get("topology.max.spout.pending")
+    for task in sorted(w.local_tasks):
+        cid = plan.task_component[task]
+        if cid == ACKER:
+            w.local_ackers[task] = AckerExecutor(task)
+            continue
+        if cid == CHECKPOINT_SPOUT:
+            instance = w.task_state.checkpoint_spout()
+            routes = build_routes(plan, cid, task, w.local_tasks)
+            ctx = TopologyContext(task, cid, 0, tasks_map, w.spec.topology_id, w.index)
+            ex = SpoutExecutor(w.port, task, cid, instance, routes, None)
+            w.local_spouts[task] = ex
+            w.checkpoint_spout = instance
+            open_task(w, ex, instance.open, dict(w.conf), ctx)
+            continue
+        spec = plan.spec(cid)
+        instance = spec.new_instance()
+        routes = build_routes(plan, cid, task, w.local_tasks)
+        conf = dict(w.conf)
+        conf.update(plan.component_conf.get(cid, {}))
+        ctx = TopologyContext(task, cid, plan.task_index(task), tasks_map, w.spec.topology_id, w.index)
+        if spec.is_spout:
+            ex = SpoutExecutor(w.port, task, cid, instance, routes, max_pending)
+            w.local_spouts[task] = ex
+            open_task(w, ex, instance.open, conf, ctx)
+            if w.eo is not None:
+                restore_spout(w, ex, task)
+        else:
+            ex = BoltExecutor(w.port, task, cid, instance, routes, basic=is_basic(instance))
+            w.local_bolts[task] = ex
+            open_task(w, ex, instance.prepare, conf, ctx)
+            if plan.stateful:
+                state = bolt_state(w, ex, cid, task) if isinstance(instance, StatefulBolt) else None
+                if w.eo is not None:
+                    w.eo.add_bolt(BarrierAlignment(ex, plan.checkpoint_inputs[cid], state))
+                else:
+                    StormCheckpointing(ex, plan.checkpoint_inputs[cid], state)
+
+# --- state ---------------------------------------------------------------------------------------
+
+
+def bolt_state(w: Worker, ex, component: str, task: int):
+    try:
+        return w.task_state.bolt_state(component, task)
+    except Exception as e:
+        report_fatal(w, ex, "state", e)
+        raise FatalStartupError(str(e)) from e
+
+
+def restore_spout(w: Worker, ex, task: int) -> None:
+    try:
+        st, snap = w.task_state.spout_position(task)
+        if snap is not None:
+            ex.instance.restore(snap)
+            ex.log.info("restored to the committed position %r", snap)
+    except Exception as e:
+        report_fatal(w, ex, "restore", e)
+        raise FatalStartupError(str(e)) from e
+    w.eo.add_spout(ex, st)
+
+
+def report_fatal(w: Worker, ex, what: str, e: BaseException) -> None:
+    tb = traceback.format_exc()
+    ex.log.error("%s raised %s: %s\n%s", what, type(e).__name__, e, tb.rstrip())
+    w.control.send({"t": Control.FATAL, "w": w.index, "component": ex.component, "task": ex.task,
+                       "error": f"{ex.component}[{ex.task}] {what}: {type(e).__name__}: {e}",
+                       "traceback": tb})
+
+
+def open_task(w: Worker, ex, fn, conf: dict, ctx: TopologyContext) -> None:
+    what = fn.__name__
+    try:
+        fn(conf, ctx)
+    except Exception as e:
+        tb = traceback.format_exc()
+        ex.log.error("%s() raised %s: %s\n%s", what, type(e).__name__, e, tb.rstrip())
+        w.control.send({"t": Control.FATAL, "w": w.index, "component": ex.component, "task": ex.task,
+                           "error": f"{ex.component}[{ex.task}] {what}() raised {type(e).__name__}: {e}",
+                           "traceback": tb})
+        raise FatalStartupError(str(e)) from e
+
+
+def tick_schedule(w: Worker, now: float) -> list[list]:
+    sched = []
+    by_comp: dict[str, list[BoltExecutor]] = {}
+    for ex in w.local_bolts.values():
+        by_comp.setdefault(ex.component, []).append(ex)
+    for cid, exs in by_comp.items():
+        freq = w.plan.component_conf.get(cid, {}).get("topology.tick.tuple.freq.secs",
+                                                         w.conf.get("topology.tick.tuple.freq.secs"))
+        if freq:
+            sched.append([float(freq), exs, now + float(freq)])
+    return sched

@@ -1,0 +1,56 @@
+"""Where a worker's tasks get their state: a stateful bolt's ``KeyValueState`` (memory or
+Redis, per ``topology.state.provider``), an exactly-once spout's committed position, and the
+checkpoint spout's record."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..api.config import redis_url
+from .checkpoint_spout import CheckpointSpout
+
+
+class TaskStateProvider:
+    def __init__(self, conf: dict[str, Any], topology_id: str, component_tasks: dict[str, list[int]]) -> None:
+        self.conf = conf
+        self.topology_id = topology_id
+        self.component_tasks = component_tasks
+        self._redis = None
+
+    def redis(self):
+        if self._redis is None:
+            from state.connection import connect
+
+            self._redis = connect(redis_url(self.conf, needed_for="topology.state.provider 'redis'"))
+        return self._redis
+
+    def bolt_state(self, component: str, task: int):
+        """A stateful bolt task's state; its component's namespaces are registered (a restart
+        with another parallelism would not find its state: refused)."""
+        from state import InMemoryKeyValueState, RedisKeyValueState
+        from state.namespaces import register_namespaces
+
+        if self.conf["topology.state.provider"] != "redis":
+            return InMemoryKeyValueState()
+        client = self.redis()
+        register_namespaces(client, self.topology_id, component, self.component_tasks[component])
+        return RedisKeyValueState(client, self.topology_id, task)
+
+    def spout_position(self, task: int):
+        """Exactly-once: where a spout task's committed snapshot lives, and the snapshot (or None)."""
+        from state import RedisKeyValueState
+
+        st = RedisKeyValueState(self.redis(), self.topology_id, task)
+        return st, st.get("__snapshot")
+
+    def checkpoint_spout(self) -> CheckpointSpout:
+        from state.checkpoint import INITIAL, load_checkpoint, save_checkpoint
+
+        interval = float(self.conf["topology.state.checkpoint.interval.ms"])
+        if self.conf["topology.state.provider"] == "redis":
+            client = self.redis()
+            tid = self.topology_id
+            return CheckpointSpout(lambda: load_checkpoint(client, tid), lambda cp: save_checkpoint(client, tid, cp),
+                                   interval)
+        box = [INITIAL]
+        return CheckpointSpout(lambda: box[0], lambda cp: box.__setitem__(0, cp), interval)
