@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import redis
 
 from .checkpoint import COMMITTED, COMMITTING, PREPARING, CheckPointState, load_checkpoint, save_checkpoint
+from .connection import connect
 from .layout import ctl_key, task_key, task_pattern
 from .redis_kv import COMMIT_SCRIPT, ROLLBACK_SCRIPT
 from .serializer import TOMBSTONE
@@ -91,7 +92,7 @@ def _txids(client: redis.Redis, topology_id: str, task: str) -> tuple[int | None
 def recover(topology_id: str, redis_url: str, action: str = "auto", dry_run: bool = False) -> RecoveryReport:
     if action not in ACTIONS:
         raise ValueError(f"action must be one of {ACTIONS}, got {action!r}")
-    client = redis.Redis.from_url(redis_url)
+    client = connect(redis_url)
     if client.exists(ctl_key(topology_id, "lease")):
         raise RecoveryRefused(f"topology {topology_id!r} is live (its lease is held): stop it first "
                               f"(topology kill {topology_id}); a live run recovers by itself")
@@ -154,7 +155,7 @@ def recover_stopped(client: redis.Redis, topology_id: str, action: str = "auto",
 
 def reset(topology_id: str, redis_url: str) -> int:
     """Delete a stopped topology's state and checkpoint records. Returns the number of keys."""
-    client = redis.Redis.from_url(redis_url)
+    client = connect(redis_url)
     if client.exists(ctl_key(topology_id, "lease")):
         raise RecoveryRefused(f"topology {topology_id!r} is live: stop it before resetting its state")
     keys = list(client.scan_iter(match=task_pattern(topology_id), count=1000))

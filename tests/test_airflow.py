@@ -13,7 +13,7 @@ from structlog.testing import capture_logs
 
 from examples.wordcount import COUNTS, sample_sentences, true_counts
 from topology_runtime.control.control_plane import ControlPlane
-from topology_runtime.launchers.local import wait_for
+from topology_runtime.testing import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 ROOT = Path(__file__).resolve().parent.parent

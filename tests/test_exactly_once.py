@@ -14,7 +14,7 @@ from spark_topologies import exactly_once_failing_wordcount, exactly_once_wordco
 from examples.stateful_wordcount import counts_in_state
 from examples.wordcount import load_sentences, true_counts
 from topology_runtime import LocalCluster, TopologyError
-from topology_runtime.launchers.local import wait_for
+from topology_runtime.testing import wait_for
 
 CONF = {"topology.state.provider": "redis", "topology.state.exactly.once": True,
         "topology.state.checkpoint.interval.ms": 200, "topology.message.timeout.secs": 3,

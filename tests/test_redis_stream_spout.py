@@ -281,5 +281,5 @@ def test_missing_field_is_a_clear_error_and_the_entry_is_dead_lettered(redis_url
 
 def test_missing_url_is_a_clear_error():
     spout = RedisStreamSpout("s")
-    with pytest.raises(ValueError, match="no Redis URL.*redis.url"):
+    with pytest.raises(ValueError, match="needs Redis and no URL is set.*redis.url"):
         spout.open({}, TopologyContext(1, "src", 0, {"src": [1]}))

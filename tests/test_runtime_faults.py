@@ -23,7 +23,7 @@ from topologies import (
 )
 
 from topology_runtime import TopologyBuilder
-from topology_runtime.launchers.local import wait_for
+from topology_runtime.testing import wait_for
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import redis
 
 from examples.wordcount import COUNTS, load_sentences
 from topology_runtime.control.control_plane import ControlPlane
-from topology_runtime.launchers.local import wait_for
+from topology_runtime.testing import wait_for
 from topology_runtime.launchers.spark import SparkCluster, spark_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -20,7 +20,7 @@ from spark_topologies import exactly_once_wordcount, slow_stateful_wordcount
 from examples.stateful_wordcount import counts_in_state
 from examples.wordcount import load_sentences, true_counts
 from topology_runtime import LocalCluster
-from topology_runtime.launchers.local import wait_for
+from topology_runtime.testing import wait_for
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent

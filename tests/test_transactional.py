@@ -13,7 +13,7 @@ import redis
 from examples.transactional_count import DATA, global_count, word_count
 from state.values import TransactionalValue, ValueMap
 from topology_runtime import LocalCluster
-from topology_runtime.launchers.local import wait_for
+from topology_runtime.testing import wait_for
 
 
 def _data(n_rows: int, seed: int = 3) -> dict:

@@ -16,8 +16,8 @@ from examples.redis_streams_count import UpdateOpaqueWordCounts, counting_topolo
 from examples.transactional_count import UpdateWordCounts
 from state.serializer import loads
 from topology_runtime import FailedException, LocalCluster
-from topology_runtime.launchers.local import wait_for
-from topology_runtime.testing.faults import maybe_crash
+from topology_runtime.testing import wait_for
+from topology_runtime.testing import maybe_crash
 from topology_runtime.transactional import (
     MemoryTransactionalSpout,
     RedisStreamsOpaqueTransactionalSpout,

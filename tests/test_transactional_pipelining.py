@@ -21,7 +21,7 @@ import redis
 from examples.transactional_count import KeyedCount, UpdateWordCounts
 from state.values import ValueMap
 from topology_runtime import FailedException, LocalCluster
-from topology_runtime.launchers.local import wait_for
+from topology_runtime.testing import wait_for
 from topology_runtime.transactional import MemoryTransactionalSpout, TransactionalTopologyBuilder
 
 

@@ -15,7 +15,7 @@ from spark_topologies import slow_wordcount, wordcount
 
 from examples.wordcount import COUNTS, STREAM, load_sentences
 from topology_runtime import LocalCluster
-from topology_runtime.launchers.local import wait_for
+from topology_runtime.testing import wait_for
 
 
 def _unique_sentences(client: redis.Redis, n: int) -> dict[str, int]:

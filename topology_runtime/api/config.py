@@ -190,12 +190,18 @@ def resolve_config(conf: Mapping[str, Any] | None, workers: int | None = None) -
 
 
 def redis_url(conf: Mapping[str, Any], explicit: str | None = None, *, needed_for: str) -> str:
-    """The Redis a component or the runtime uses, the one rule everywhere: a URL given
-    explicitly (a spout's ``url=``), else ``topology.state.provider.config`` ``{"url": ...}``,
-    else the ``redis.url`` key (every launcher and command sets it to the Redis of the run).
+    """The Redis a component or the runtime uses, one rule everywhere: a URL given explicitly
+    (a spout's ``url=``, the state provider's), else the ``redis.url`` key (every launcher and
+    command sets it to the Redis of the run), else ``topology.state.provider.config``'s ``url``.
     ``needed_for`` says who asks, for the error when there is none."""
-    url = explicit or (conf.get("topology.state.provider.config") or {}).get("url") or conf.get("redis.url")
+    url = explicit or conf.get("redis.url") or (conf.get("topology.state.provider.config") or {}).get("url")
     if not url:
-        raise ConfigError(f"{needed_for} needs Redis and no URL is set: pass url=..., set "
-                          f"topology.state.provider.config {{'url': 'redis://...'}} or the config key redis.url")
+        raise ConfigError(f"{needed_for} needs Redis and no URL is set: pass url=..., set the config key "
+                          f"redis.url or topology.state.provider.config {{'url': 'redis://...'}}")
     return str(url)
+
+
+def state_redis_url(conf: Mapping[str, Any], needed_for: str = "topology.state.provider 'redis'") -> str:
+    """Where state lives (checkpointed bolt state, exactly-once snapshots, transactional
+    records): the state provider's ``url`` first, then as ``redis_url``."""
+    return redis_url(conf, (conf.get("topology.state.provider.config") or {}).get("url"), needed_for=needed_for)

@@ -19,7 +19,10 @@ from typing import Any
 
 import redis
 
+from state.connection import connect
+
 from ..api.components import ReplayableSpout, Spout, TopologyContext
+from ..api.config import redis_url
 
 log = logging.getLogger(__name__)
 
@@ -82,13 +85,9 @@ class RedisStreamSpout(Spout):
 
     # --- lifecycle -------------------------------------------------------------------------------
     def open(self, conf: dict, context: TopologyContext) -> None:
-        url = self.url or conf.get("redis.url")
-        if not url:
-            raise ValueError(
-                f"RedisStreamSpout({self.stream!r}) in component {context.component_id!r}: no Redis URL; "
-                "pass url=... or set the config key 'redis.url'"
-            )
-        self._redis = redis.Redis.from_url(url, socket_connect_timeout=10, socket_timeout=60)
+        url = redis_url(conf, self.url, needed_for=f"RedisStreamSpout({self.stream!r}) in component "
+                                                     f"{context.component_id!r}")
+        self._redis = connect(url, socket_connect_timeout=10, socket_timeout=60)
         self.consumer = f"{context.component_id}-{context.task_index}"
         self._values: dict[str, list] = {}  # pending (emitted or queued) msg id -> values
         self._delivered: dict[str, float] = {}  # msg id -> monotonic time Redis last delivered it to us
@@ -329,11 +328,9 @@ class RedisStreamReplaySpout(ReplayableSpout):
         self.position = start_id
 
     def open(self, conf: dict, context: TopologyContext) -> None:
-        url = self.url or conf.get("redis.url")
-        if not url:
-            raise ValueError(f"RedisStreamReplaySpout({self.stream!r}) in {context.component_id!r}: no Redis URL; "
-                             "pass url=... or set the config key 'redis.url'")
-        self.redis = redis.Redis.from_url(url)
+        url = redis_url(conf, self.url, needed_for=f"RedisStreamReplaySpout({self.stream!r}) in "
+                                                     f"{context.component_id!r}")
+        self.redis = connect(url)
         # Partitioned over the component's tasks by a hash of the entry id: replays are identical.
         self.index, self.parallelism = context.task_index, context.parallelism
 

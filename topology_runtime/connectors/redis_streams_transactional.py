@@ -21,6 +21,9 @@ from collections.abc import Callable, Sequence
 
 import redis
 
+from state.connection import connect
+
+from ..api.config import redis_url
 from ..transactional.spouts import OpaquePartitionedTransactionalSpout, PartitionedTransactionalSpout
 
 log = logging.getLogger(__name__)
@@ -47,10 +50,8 @@ class _StreamPartitions:
         self.redis: redis.Redis | None = None
 
     def open(self, conf: dict) -> None:
-        url = self.url or conf.get("redis.url") or (conf.get("topology.state.provider.config") or {}).get("url")
-        if not url:
-            raise ValueError(f"{type(self).__name__}: no Redis to read from: pass url=... or set 'redis.url'")
-        self.redis = redis.Redis.from_url(url, socket_connect_timeout=10, socket_timeout=60)
+        url = redis_url(conf, self.url, needed_for=f"{type(self).__name__}({list(self.streams)!r})")
+        self.redis = connect(url, socket_connect_timeout=10, socket_timeout=60)
 
     def num_partitions(self) -> int:
         return len(self.streams)

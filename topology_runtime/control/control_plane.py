@@ -25,6 +25,7 @@ from typing import Any
 
 import redis
 
+from state.connection import connect
 from state.layout import REGISTRY, ctl_key
 
 from ..api.status import FINAL_STATES, ComponentStats, RunStatus
@@ -129,7 +130,7 @@ class ControlPlane:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.redis = redis.Redis.from_url(url, decode_responses=True, socket_timeout=10,
+        self.redis = connect(url, decode_responses=True, socket_timeout=10,
                                           health_check_interval=30)
         self._renew = self.redis.register_script(_RENEW)
         self._release = self.redis.register_script(_RELEASE)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import redis
 
+from state.connection import connect
+
 PROJECT_PORT = 6390
 
 
@@ -43,7 +45,7 @@ def free_port() -> int:
 
 def _ping(url: str, timeout: float = 0.5) -> bool:
     try:
-        return bool(redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout).ping())
+        return bool(connect(url, socket_timeout=timeout, socket_connect_timeout=timeout).ping())
     except (redis.RedisError, OSError):
         return False
 
@@ -150,7 +152,7 @@ def stop_project_redis(root: Path | None = None) -> bool:
     if not _ping(url):
         return False
     try:
-        redis.Redis.from_url(url).shutdown(nosave=False)
+        connect(url).shutdown(nosave=False)
     except redis.ConnectionError:
         pass  # shutdown closes the connection
     return True

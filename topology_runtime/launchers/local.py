@@ -6,7 +6,6 @@ import importlib
 import logging
 import multiprocessing
 import threading
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -228,15 +227,6 @@ class LocalCluster(ClusterBase):
         self.runs[name] = run
         return run
 
-
-
-def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return bool(predicate())
 
 
 __all__ = ["LocalCluster", "LocalRun", "TopologyFailed", "load_topology", "FINAL_STATES"]

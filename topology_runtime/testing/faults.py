@@ -15,15 +15,29 @@ from __future__ import annotations
 import os
 import signal
 
+FAULT_ENV, FAULT_ONCE_ENV = "TOPOLOGY_FAULT", "TOPOLOGY_FAULT_ONCE"
+POINTS = ("prepare", "between", "commit", "tx-commit")
+
+
+def crash_at(point: str, min_txid: int = 0, once_file: str | None = None) -> dict[str, str]:
+    """The environment that makes workers started with it SIGKILL themselves at ``point`` (one of
+    ``POINTS``) for txid >= ``min_txid``; with ``once_file``, only the first time in the run."""
+    if point not in POINTS:
+        raise ValueError(f"unknown fault point {point!r}; known: {', '.join(POINTS)}")
+    env = {FAULT_ENV: f"{point}:{min_txid}"}
+    if once_file:
+        env[FAULT_ONCE_ENV] = str(once_file)
+    return env
+
 
 def maybe_crash(point: str, txid: int) -> None:
-    spec = os.environ.get("TOPOLOGY_FAULT")
+    spec = os.environ.get(FAULT_ENV)
     if not spec:
         return
     name, _, min_txid = spec.partition(":")
     if point != name or txid < int(min_txid or 0):
         return
-    once = os.environ.get("TOPOLOGY_FAULT_ONCE")
+    once = os.environ.get(FAULT_ONCE_ENV)
     if once:
         try:
             fd = os.open(once, os.O_CREAT | os.O_EXCL | os.O_WRONLY)

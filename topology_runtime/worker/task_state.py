@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..api.config import redis_url
+from ..api.config import state_redis_url
 from .checkpoint_spout import CheckpointSpout
 
 
@@ -21,7 +21,7 @@ class TaskStateProvider:
         if self._redis is None:
             from state.connection import connect
 
-            self._redis = connect(redis_url(self.conf, needed_for="topology.state.provider 'redis'"))
+            self._redis = connect(state_redis_url(self.conf))
         return self._redis
 
     def bolt_state(self, component: str, task: int):

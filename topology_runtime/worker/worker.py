@@ -158,11 +158,9 @@ class Worker:
         runner = self.off_loop_runners.get(task)
         if runner is None:
             runner = self.off_loop_runners[task] = SerialRunner(f"off-loop-{task}", self.completions)
-            # The off-loop thread mostly waits on I/O, and after each wait it needs the GIL back
-            # from a busy loop: with the default 5 ms switch interval a commit of a few Redis
-            # round trips takes tens of ms longer. 0.2 ms bounds that: traced under pipelined
-            # commits, commit tuple received -> finish_batch running took 1.4-1.5 ms with a 1 ms
-            # interval, 0.3-0.5 ms with 0.2 ms. Switches happen only while this thread waits.
+            # The off-loop thread mostly waits on I/O and then needs the GIL back from a busy
+            # loop: a short switch interval keeps each wait from costing ms (bench/README.md,
+            # "GIL switch interval").
             sys.setswitchinterval(min(sys.getswitchinterval(), 0.0002))
         self.off_loop_inflight += 1
         runner.submit(fn, on_done)
@@ -310,8 +308,8 @@ class Worker:
         outcomes that arrived (a spout's next batch or commit depends on them) are applied now;
         arriving data joins the end of the queue, priority tuples its front, as between drains.
         One non-blocking receive per RESPONSIVE_EVERY tuples, no per-tuple syscall. This
-        drain's own acks and batches leave every 1024 tuples: flushing more often would split
-        the XOR-combined acks (measured: -25% acked throughput at every 256)."""
+        drain's own acks and batches leave every 1024 tuples: flushing more often splits the
+        XOR-combined acks (bench/README.md, "Mid-drain flushes")."""
         for payload in self.transport.recv_payloads(16):
             self._handle_batch(payload)
         if flush:

@@ -1,0 +1,118 @@
+"""The architecture holds on import: layers import only downwards, the API and the protocol
+state machines load no I/O library, and the old flat module paths still resolve."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PKG = ROOT / "topology_runtime"
+
+# Rank of each package of topology_runtime: a module imports only from packages of a lower rank
+# (or its own). ``state`` is a separate top-level package below everything but the API.
+RANK = {
+    "api": 0, "testing": 1, "transport": 2, "reliability": 3, "plan": 4, "worker": 5, "transactional": 5,
+    "supervisor": 6, "connectors": 6, "control": 7, "launchers": 8, "cli": 9,
+}
+
+
+def _imports(path: Path) -> list[str]:
+    """Absolute names of the topology_runtime modules ``path`` imports (relative ones resolved)."""
+    rel = path.relative_to(ROOT).with_suffix("")
+    pkg = list(rel.parts[:-1])
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg[: len(pkg) - node.level + 1]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            out.append(name)
+        elif isinstance(node, ast.Import):
+            out.extend(a.name for a in node.names)
+    return [n for n in out if n.startswith("topology_runtime.")]
+
+
+def test_every_module_is_in_a_ranked_package():
+    for path in PKG.rglob("*.py"):
+        parts = path.relative_to(PKG).parts
+        assert len(parts) == 1 or parts[0] in RANK, f"{path}: package {parts[0]!r} has no layer in RANK"
+
+
+def test_imports_point_down_the_layers():
+    wrong = []
+    for path in PKG.rglob("*.py"):
+        parts = path.relative_to(PKG).parts
+        if len(parts) == 1:
+            continue  # topology_runtime/__init__.py and _moved.py: the public face, lazy
+        here = parts[0]
+        for name in _imports(path):
+            there = name.split(".")[1]
+            if there != here and there in RANK and RANK[there] >= RANK[here]:
+                wrong.append(f"{path.relative_to(ROOT)} ({here}) imports {name} ({there})")
+    assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
+
+
+def test_state_never_imports_the_runtime():
+    for path in (ROOT / "state").rglob("*.py"):
+        assert not _imports(path) and "topology_runtime" not in path.read_text().split('"""')[-1], path
+
+
+def _loaded_after(code: str) -> set[str]:
+    out = subprocess.run([sys.executable, "-c", code + "\nimport sys; print(' '.join(sorted(sys.modules)))"],
+                         capture_output=True, text=True, check=True, cwd=ROOT)
+    return set(out.stdout.split())
+
+
+@pytest.mark.parametrize("module", [
+    "topology_runtime", "topology_runtime.reliability.acker", "topology_runtime.reliability.checkpointing",
+    "topology_runtime.reliability.coordinated", "topology_runtime.reliability.transactional",
+    "topology_runtime.reliability.checkpoint_coordinator",
+])
+def test_api_and_reliability_load_no_io(module):
+    loaded = _loaded_after(f"import {module}")
+    heavy = {"zmq", "redis", "pyspark", "msgpack", "socket", "topology_runtime.launchers",
+             "topology_runtime.launchers.local", "topology_runtime.worker", "topology_runtime.transport.sockets"}
+    assert not loaded & heavy, f"importing {module} loads {sorted(loaded & heavy)}"
+
+
+def test_reliability_modules_import_no_io_library():
+    io = {"zmq", "redis", "socket", "select", "subprocess", "threading", "os", "time", "msgpack"}
+    for path in (PKG / "reliability").glob("*.py"):
+        tree = ast.parse(path.read_text())
+        names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        names |= {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and not n.level}
+        assert not names & io, f"{path.name} imports {sorted(names & io)}"
+
+
+def test_old_module_paths_resolve_to_the_new_modules():
+    import topology_runtime
+    from topology_runtime.launchers import local, spark
+    from topology_runtime.local_cluster import LocalCluster, TopologyFailed
+    from topology_runtime.spark_cluster import SparkCluster
+    from topology_runtime.spouts import RedisStreamReplaySpout, RedisStreamSpout
+
+    assert LocalCluster is local.LocalCluster is topology_runtime.LocalCluster
+    assert TopologyFailed is topology_runtime.TopologyFailed
+    assert SparkCluster is spark.SparkCluster is topology_runtime.SparkCluster
+    from topology_runtime.connectors import redis_stream
+
+    assert RedisStreamSpout is redis_stream.RedisStreamSpout and RedisStreamReplaySpout is redis_stream.RedisStreamReplaySpout
+    from topology_runtime.builder import TopologyBuilder
+    from topology_runtime.components import Bolt
+    from topology_runtime.config import Config
+
+    assert (TopologyBuilder, Bolt, Config) == (topology_runtime.TopologyBuilder, topology_runtime.Bolt, topology_runtime.Config)
+
+
+def test_no_module_over_500_lines():
+    long = [f"{p.relative_to(ROOT)}: {n}" for p in [*PKG.rglob("*.py"), *(ROOT / "state").rglob("*.py"),
+                                                      *(ROOT / "plugins").rglob("*.py")]
+            if (n := len(p.read_text().splitlines())) > 500]
+    assert not long, long

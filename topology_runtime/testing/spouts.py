@@ -1,0 +1,43 @@
+"""Spouts for tests (Storm's ``FixedTupleSpout``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..api.components import Spout
+
+
+class FixedTupleSpout(Spout):
+    """Emits a fixed list of tuples, each with its index as message id; replays what fails and
+    calls ``finish()`` once every tuple was acked, so a run over it is bounded. ``acked`` and
+    ``failed`` list the message ids (per task: each task emits the tuples of its index modulo
+    the parallelism)."""
+
+    def __init__(self, tuples: Sequence[Sequence[Any]], fields: Sequence[str]) -> None:
+        self.tuples = [list(t) for t in tuples]
+        self.outputs = list(fields)
+
+    def open(self, conf, context) -> None:
+        n, i = len(context.component_tasks(context.component_id)), context.task_index
+        self.todo = [k for k in range(len(self.tuples)) if k % n == i]
+        self.todo.reverse()  # popped from the end: emitted in order
+        self.pending: set[int] = set()
+        self.acked: list[int] = []
+        self.failed: list[int] = []
+
+    def next_tuple(self) -> None:
+        if self.todo:
+            k = self.todo.pop()
+            self.pending.add(k)
+            self.emit(self.tuples[k], msg_id=k)
+        elif not self.pending:
+            self.finish()
+
+    def ack(self, msg_id) -> None:
+        self.pending.discard(msg_id)
+        self.acked.append(msg_id)
+
+    def fail(self, msg_id) -> None:
+        self.failed.append(msg_id)
+        self.todo.append(msg_id)  # replayed next
