@@ -92,11 +92,12 @@ def test_reliability_modules_import_no_io_library():
 
 
 def test_old_module_paths_resolve_to_the_new_modules():
-    import topology_runtime
-    from topology_runtime.launchers import local, spark
     from topology_runtime.local_cluster import LocalCluster, TopologyFailed
     from topology_runtime.spark_cluster import SparkCluster
     from topology_runtime.spouts import RedisStreamReplaySpout, RedisStreamSpout
+
+    import topology_runtime
+    from topology_runtime.launchers import local, spark
 
     assert LocalCluster is local.LocalCluster is topology_runtime.LocalCluster
     assert TopologyFailed is topology_runtime.TopologyFailed
