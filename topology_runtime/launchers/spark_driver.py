@@ -1,4 +1,4 @@
-"""The Spark driver ("nimbus" on Spark): run a topology as one long-running PySpark job.
+"""The Spark driver (the run's supervisor on Spark): run a topology as one long-running PySpark job.
 
 Started by ``spark-submit`` (``topology submit``, ``SparkCluster``, Airflow's TopologyHook):
 

@@ -1,8 +1,9 @@
-"""The run supervisor ("nimbus"): one per run, launcher-independent.
+"""The run supervisor: one per run, launcher-independent; decides what happens to the run.
 
 It owns the control endpoint the workers connect to, hands out peer addresses, aggregates
-stats, detects that a bounded run is done, and carries out kill/drain. A launcher starts and
-restarts the worker processes and calls ``worker_exited`` when one dies.
+stats, detects that a bounded run is done, carries out kill/drain and, with exactly-once
+state, rolls every worker back when one fails (the checkpoints themselves: ``checkpoints``).
+A launcher starts and restarts the worker processes and calls ``worker_exited`` when one dies.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..api.status import (
     COMPLETED,
@@ -26,9 +27,13 @@ from ..api.status import (
     RunStatus,
 )
 from ..plan.planner import ACKER, Plan
+from ..transport.messages import Control
 from ..transport.sockets import ControlServer
 
-log = logging.getLogger("topology.nimbus")
+if TYPE_CHECKING:
+    from .checkpoints import ExactlyOnceCheckpoints
+
+log = logging.getLogger("topology.supervisor")
 
 PROBE_INTERVAL = 0.1
 MAX_STARTUP_FAILURES = 3
@@ -94,8 +99,11 @@ class RunSupervisor:
         # Exactly-once: this supervisor coordinates checkpoints (barriers start at the spouts).
         self.eo = bool(plan.exactly_once)
         self.restart_all_requested = False
+        self.checkpoints: ExactlyOnceCheckpoints | None = None
         if self.eo:
-            self._eo_init()
+            from .checkpoints import ExactlyOnceCheckpoints  # loads redis only for exactly-once runs
+
+            self.checkpoints = ExactlyOnceCheckpoints(name, plan, self._send_all, self._eo_redis_lost)
 
     # --- called by the launcher -------------------------------------------------------------------
     def worker_exited(self, index: int, exitcode: int | None) -> bool:
@@ -180,8 +188,7 @@ class RunSupervisor:
                 return
             if drain:
                 self.draining = True
-                for slot in self.slots.values():
-                    self._send(slot, {"t": "drain"})
+                self._send_all({"t": Control.DRAIN})
                 log.info("run %s: draining (spouts stopped; waiting for pending trees)", self.name)
             else:
                 self._begin_stop(KILLED)
@@ -203,8 +210,8 @@ class RunSupervisor:
             now = time.monotonic()
             if self.state == RUNNING and self._stop_reason is None and now - self._probe_at >= PROBE_INTERVAL:
                 self._probe()
-            if self.eo and not self.restart_all_requested:
-                self._eo_guard(self._eo_step, now)
+            if self.checkpoints is not None and not self.restart_all_requested:
+                self.checkpoints.tick(now, running=self.state == RUNNING and self._stop_reason is None)
             if self._stop_reason is not None:
                 if all(s.stopped for s in self.slots.values()) or (
                     self._stop_sent_at is not None and now - self._stop_sent_at > 10.0
@@ -224,6 +231,10 @@ class RunSupervisor:
         if slot.incarnation >= 0:
             self.control.send(f"w{slot.index}".encode(), msg)
 
+    def _send_all(self, msg: dict) -> None:
+        for slot in self.slots.values():
+            self._send(slot, msg)
+
     def _peers(self) -> dict:
         return {str(i): s.address for i, s in self.slots.items() if s.address}
 
@@ -234,7 +245,7 @@ class RunSupervisor:
             return
         slot = self.slots[w]
         inc = msg.get("inc", slot.incarnation)
-        if t == "hello":
+        if t == Control.HELLO:
             if inc != slot.incarnation:
                 if slot.incarnation >= 0:
                     self._retire(slot)
@@ -246,46 +257,48 @@ class RunSupervisor:
             slot.extra["pid"] = msg.get("pid")
             slot.last_seen = time.monotonic()
             if self._stop_reason is not None:
-                self._send(slot, {"t": "stop"})
+                self._send(slot, {"t": Control.STOP})
                 return
             if all(s.address for s in self.slots.values()):
                 if not self._peers_sent:
                     self._peers_sent = True
-                    for s in self.slots.values():
-                        self._send(s, {"t": "peers", "peers": self._peers()})
+                    self._send_all({"t": Control.PEERS, "peers": self._peers()})
                 else:  # a restarted worker: everyone learns its new address
-                    for s in self.slots.values():
-                        self._send(s, {"t": "peers", "peers": self._peers()})
+                    self._send_all({"t": Control.PEERS, "peers": self._peers()})
                     if self.draining:
-                        self._send(slot, {"t": "drain"})
+                        self._send(slot, {"t": Control.DRAIN})
             return
         if inc != slot.incarnation:
             return  # a late message from a previous incarnation
         slot.last_seen = time.monotonic()
-        if t == "ready":
+        if t == Control.READY:
             slot.ready = True
             slot.startup_failures = 0
             if self.state == STARTING and all(s.ready for s in self.slots.values()):
                 self.state = RUNNING
                 log.info("run %s: running on %d worker(s)", self.name, len(self.slots))
-        elif t in ("stats", "stopped"):
+        elif t in (Control.STATS, Control.STOPPED):
             slot.stats = msg["stats"].get("tasks", {})
             slot.extra = {"pid": slot.extra.get("pid"), **{k: v for k, v in msg["stats"].items() if k != "tasks"}}
             self._add_errors(msg.get("errors") or [])
-            if t == "stopped":
+            if t == Control.STOPPED:
                 slot.stopped = True
-        elif t == "fatal":
+        elif t == Control.FATAL:
             slot.startup_failures += 1
             self._add_errors([{**msg, "fatal": True}])
             if self.restart_all_on_failure:
                 # Spark: the barrier stage only ends when every task returns, so stop the rest
                 # and let the driver relaunch the stage (or give up after repeated failures).
-                for s in self.slots.values():
-                    self._send(s, {"t": "stop"})
-        elif t in ("barrier_done", "committed", "eo_failure"):
-            if self.eo:
-                self._eo_guard(self._eo_message, t, msg)
-        elif t == "probe_reply":
+                self._send_all({"t": Control.STOP})
+        elif t == Control.EO_FAILURE:
+            if self.checkpoints is not None and not self.restart_all_requested and self._stop_reason is None:
+                log.warning("run %s: %s: rolling every task back to checkpoint %d",
+                            self.name, msg.get("reason"), self.checkpoints.committed)
+                self._request_restart_all()
+        elif t in (Control.BARRIER_DONE, Control.COMMITTED):
+            if self.checkpoints is not None:
+                self.checkpoints.on_message(t, msg)
+        elif t == Control.PROBE_REPLY:
             if msg.get("seq") == self._probe_seq:
                 self._replies[w] = msg
                 if len(self._replies) == len(self.slots):
@@ -307,8 +320,7 @@ class RunSupervisor:
         self._probe_at = time.monotonic()
         self._probe_seq += 1
         self._replies = {}
-        for slot in self.slots.values():
-            self._send(slot, {"t": "probe", "seq": self._probe_seq})
+        self._send_all({"t": Control.PROBE, "seq": self._probe_seq})
 
     def _evaluate_probe(self) -> None:
         replies = [self._replies[i] for i in sorted(self._replies)]
@@ -316,14 +328,10 @@ class RunSupervisor:
         if not quiet:
             self._last_quiet = None
             return
-        if self.eo:
-            if not self.eo_final_done or self._eo_phase is not None:
-                if not self._eo_final_requested:
-                    # The final checkpoint must start after this point: one in flight does not count.
-                    self._eo_final_requested = True
-                    self._eo_final_min_txid = (self._eo_txid if self._eo_phase is not None
-                                               else self.eo_committed) + 1
-                    log.info("run %s: input done; taking a final checkpoint", self.name)
+        if self.checkpoints is not None:
+            if not self.checkpoints.coordinator.can_complete:
+                # The final checkpoint must start after this point: one in flight does not count.
+                self.checkpoints.request_final()
                 self._last_quiet = None
                 return
         elif self.plan.stateful and not any(r.get("cp_final_done") for r in replies):
@@ -332,8 +340,7 @@ class RunSupervisor:
             if not self._final_checkpoint_sent:
                 self._final_checkpoint_sent = True
                 log.info("run %s: input done; taking a final checkpoint", self.name)
-            for slot in self.slots.values():
-                self._send(slot, {"t": "final_checkpoint"})
+            self._send_all({"t": Control.FINAL_CHECKPOINT})
             self._last_quiet = None
             return
         vector = [(r["inc"], *r["counters"]) for r in replies]
@@ -350,8 +357,7 @@ class RunSupervisor:
     def _begin_stop(self, final_state: str) -> None:
         self._stop_reason = final_state
         self._stop_sent_at = time.monotonic()
-        for slot in self.slots.values():
-            self._send(slot, {"t": "stop"})
+        self._send_all({"t": Control.STOP})
 
     def _fail(self, error: str) -> None:
         log.error("run %s failed: %s", self.name, error)
@@ -398,106 +404,16 @@ class RunSupervisor:
             uptime_secs=round(time.time() - self.started_at, 3),
         )
 
-    # --- exactly-once checkpoints ------------------------------------------------------------
-    def _eo_init(self) -> None:
-        import redis
-
-        conf = self.plan.conf
-        url = (conf.get("topology.state.provider.config") or {}).get("url") or conf.get("redis.url")
-        if not url:
-            raise ValueError("topology.state.exactly.once needs a Redis URL (topology.state.provider.config "
-                             "{'url': ...} or the redis.url key)")
-        self.eo_redis = redis.Redis.from_url(url)
-        self.eo_interval = max(100.0, float(conf["topology.state.checkpoint.interval.ms"])) / 1000.0
-        self.eo_spout_tasks = {t for c in self.plan.topology.spouts for t in self.plan.component_tasks[c.id]}
-        self._eo_phase: str | None = None
-        self._eo_waiting: set = set()
-        self._eo_last = time.monotonic()
-        self._eo_final_requested = False
-        self._eo_final_min_txid = 0
-        self.eo_final_done = False
-        self.eo_recover()
-
-    def _eo_guard(self, fn, *args) -> None:
-        """Redis unreachable while coordinating: abandon this checkpoint and roll back once it
-        is back (the record may be behind what workers prepared)."""
-        import redis
-
-        try:
-            fn(*args)
-        except redis.RedisError as e:
-            log.warning("run %s: checkpoint coordination lost Redis (%s); rolling back", self.name, e)
-            self._eo_phase = None
-            if not self.restart_all_requested and self._stop_reason is None:
-                self._request_restart_all()
-
+    # --- exactly-once rollback ------------------------------------------------------------------
     def eo_recover(self) -> None:
-        """Every worker is down: settle what the last checkpoint left (roll back a PREPARING
-        one, finish a COMMITTING one) so that restarted tasks start from one committed cut."""
-        import redis
+        """Every worker is down: settle the checkpoint record before they start again."""
+        assert self.checkpoints is not None, "exactly-once recovery of a run without exactly-once"
+        self.checkpoints.recover()
 
-        from state.checkpoint import load_checkpoint
-        from state.recovery import recover_stopped
-
-        for attempt in range(120):  # every worker is down: wait for Redis (up to ~1 min)
-            try:
-                report = recover_stopped(self.eo_redis, self.name)
-                self.eo_committed = load_checkpoint(self.eo_redis, self.name).txid
-                break
-            except redis.RedisError as e:
-                if attempt == 0:
-                    log.warning("run %s: recovery waits for Redis (%s)", self.name, e)
-                time.sleep(0.5)
-        else:
-            raise RuntimeError(f"run {self.name}: Redis unreachable for a minute; cannot recover state")
-        self._eo_phase = None
-        self._eo_waiting = set()
-        # Rolled back: the input must be done again before a final checkpoint can end the run.
-        self._eo_final_requested = False
-        self.eo_final_done = False
-        log.info("run %s: exactly-once recovery: %s -> %s (%s)", self.name, report.checkpoint_before,
-                 report.checkpoint_after, report.decision)
-
-    def _eo_step(self, now: float) -> None:
-        from state.checkpoint import PREPARING, CheckPointState, save_checkpoint
-
-        if self._eo_phase is not None or self.state != RUNNING or self._stop_reason is not None or self.eo_final_done:
-            return  # one checkpoint at a time; none after the final one of a bounded run
-        if now - self._eo_last < self.eo_interval and not (self._eo_final_requested and not self.eo_final_done):
-            return
-        self._eo_last = now
-        txid = self.eo_committed + 1
-        save_checkpoint(self.eo_redis, self.name, CheckPointState(txid, PREPARING))
-        self._eo_phase, self._eo_txid, self._eo_waiting = "prepare", txid, set(self.eo_spout_tasks)
-        for slot in self.slots.values():
-            self._send(slot, {"t": "barrier", "txid": txid})
-
-    def _eo_message(self, t: str, msg: dict) -> None:
-        from state.checkpoint import COMMITTED, COMMITTING, CheckPointState, save_checkpoint
-
-        if t == "eo_failure":
-            if not self.restart_all_requested and self._stop_reason is None:
-                log.warning("run %s: %s: rolling every task back to checkpoint %d",
-                            self.name, msg.get("reason"), self.eo_committed)
-                self._request_restart_all()
-            return
-        if msg.get("txid") != getattr(self, "_eo_txid", None):
-            return
-        if t == "barrier_done" and self._eo_phase == "prepare":
-            self._eo_waiting.discard(msg["task"])
-            if not self._eo_waiting:
-                save_checkpoint(self.eo_redis, self.name, CheckPointState(self._eo_txid, COMMITTING))
-                self._eo_phase, self._eo_waiting = "commit", set(self.slots)
-                for slot in self.slots.values():
-                    self._send(slot, {"t": "commit", "txid": self._eo_txid})
-        elif t == "committed" and self._eo_phase == "commit":
-            self._eo_waiting.discard(msg["w"])
-            if not self._eo_waiting:
-                save_checkpoint(self.eo_redis, self.name, CheckPointState(self._eo_txid, COMMITTED))
-                self.eo_committed = self._eo_txid
-                self._eo_phase = None
-                if self._eo_final_requested and self.eo_committed >= self._eo_final_min_txid:
-                    self.eo_final_done = True
+    def _eo_redis_lost(self) -> None:
+        """A checkpoint was abandoned for lack of Redis: roll every worker back once it is back."""
+        if not self.restart_all_requested and self._stop_reason is None:
+            self._request_restart_all()
 
     def _request_restart_all(self) -> None:
         if self.restarts >= self.max_restarts:
@@ -506,8 +422,7 @@ class RunSupervisor:
             return
         self.restart_all_requested = True
         if self.restart_all_on_failure:  # Spark: end the stage; the driver relaunches it
-            for slot in self.slots.values():
-                self._send(slot, {"t": "stop"})
+            self._send_all({"t": Control.STOP})
 
     def restart_all_done(self) -> None:
         """The launcher stopped every worker: recover the state, then they start again."""

@@ -122,7 +122,7 @@ class DataTransport:
 
 
 class ControlServer:
-    """The run's control endpoint (nimbus side): a ROUTER that workers' DEALERs connect to."""
+    """The run's control endpoint (the supervisor's side): a ROUTER that workers' DEALERs connect to."""
 
     def __init__(self, secret: bytes, host: str = "127.0.0.1") -> None:
         self.secret = secret

@@ -1,0 +1,101 @@
+"""The supervisor's side of exactly-once checkpoints: owns the Redis client, runs the recovery
+when every worker is down, and carries out what the pure ``CheckpointCoordinator`` decides
+(save the checkpoint record, then send the message to every worker).
+
+Redis lost while coordinating: the checkpoint in flight is abandoned and ``on_redis_lost`` asks
+the supervisor to roll every worker back (the record may be behind what workers prepared).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import redis
+
+from state.checkpoint import load_checkpoint, save_checkpoint
+from state.connection import connect
+from state.recovery import recover_stopped
+
+from ..api.config import state_redis_url
+from ..plan.planner import Plan
+from ..reliability.checkpoint_coordinator import CheckpointAction, CheckpointCoordinator
+from ..transport.messages import Control
+
+log = logging.getLogger("topology.supervisor")
+
+RECOVERY_ATTEMPTS = 120  # every worker is down: wait for Redis up to ~1 min
+RECOVERY_RETRY_SECS = 0.5
+
+
+class ExactlyOnceCheckpoints:
+    """Checkpoint coordination of one run. ``send_all(msg)`` sends a control message to every
+    worker; ``on_redis_lost()`` is called after a checkpoint was abandoned for lack of Redis.
+    Both are called with the supervisor's lock held (every method here runs under it)."""
+
+    def __init__(self, name: str, plan: Plan, send_all: Callable[[dict], None],
+                 on_redis_lost: Callable[[], None]) -> None:
+        self.name = name
+        self.redis = connect(state_redis_url(plan.conf, needed_for="topology.state.exactly.once"))
+        self.coordinator = CheckpointCoordinator(
+            spout_tasks=(t for c in plan.topology.spouts for t in plan.component_tasks[c.id]),
+            workers=range(plan.workers),
+            interval_ms=plan.conf["topology.state.checkpoint.interval.ms"],
+            now=time.monotonic(),
+        )
+        self._send_all = send_all
+        self._on_redis_lost = on_redis_lost
+        self.recover()
+
+    @property
+    def committed(self) -> int:
+        return self.coordinator.committed
+
+    def recover(self) -> None:
+        """Every worker is down: settle what the last checkpoint left (roll back a PREPARING
+        one, finish a COMMITTING one) so that restarted tasks start from one committed cut."""
+        for attempt in range(RECOVERY_ATTEMPTS):
+            try:
+                report = recover_stopped(self.redis, self.name)
+                committed = load_checkpoint(self.redis, self.name).txid
+                break
+            except redis.RedisError as e:
+                if attempt == 0:
+                    log.warning("run %s: recovery waits for Redis (%s)", self.name, e)
+                time.sleep(RECOVERY_RETRY_SECS)
+        else:
+            raise RuntimeError(f"run {self.name}: Redis unreachable for a minute; cannot recover state")
+        # Rolled back: the input must be done again before a final checkpoint can end the run.
+        self.coordinator.recovered(committed)
+        log.info("run %s: exactly-once recovery: %s -> %s (%s)", self.name, report.checkpoint_before,
+                 report.checkpoint_after, report.decision)
+
+    def tick(self, now: float, running: bool) -> None:
+        """Start a checkpoint when one is due (``running``: the run is up and not stopping)."""
+        self._perform(self.coordinator.tick(now, running))
+
+    def on_message(self, t: str, msg: dict) -> None:
+        """A worker's BARRIER_DONE or COMMITTED (already checked to be of its current incarnation)."""
+        if t == Control.BARRIER_DONE:
+            self._perform(self.coordinator.on_barrier_done(msg.get("txid"), msg["task"]))
+        elif t == Control.COMMITTED:
+            self._perform(self.coordinator.on_committed(msg.get("txid"), msg["w"]))
+
+    def request_final(self) -> None:
+        if self.coordinator.request_final():
+            log.info("run %s: input done; taking a final checkpoint", self.name)
+
+    def _perform(self, action: CheckpointAction | None) -> None:
+        if action is None:
+            return
+        try:
+            save_checkpoint(self.redis, self.name, action.record)  # the record first, then the message
+        except redis.RedisError as e:
+            log.warning("run %s: checkpoint coordination lost Redis (%s); rolling back", self.name, e)
+            self.coordinator.abandon(unsaved=action)
+            self._on_redis_lost()
+            return
+        msg = action.message()
+        if msg is not None:
+            self._send_all(msg)
