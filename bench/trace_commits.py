@@ -25,7 +25,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from state import values as _values  # noqa: E402
-from topology_runtime.transactional import runtime as _rt  # noqa: E402
+from topology_runtime.reliability.transactional import BATCH  # noqa: E402
+from topology_runtime.transactional.coordinated_bolt import attempt_of  # noqa: E402
+from topology_runtime.transactional.coordinator import CoordinatorSpout  # noqa: E402
 
 TRACE = os.path.join(tempfile.gettempdir(), f"trace-commits-{os.getpid()}.log")
 
@@ -53,9 +55,9 @@ def _wrap(cls, name, before, after=None):
 def _instrument(bench) -> None:
     def on_emit(self, out):
         for e in out:
-            _stamp("B_EMIT" if e[0] == _rt.BATCH else "C_EMIT", e[1].txid)
-    _wrap(_rt.CoordinatorSpout, "_emit", on_emit)
-    _wrap(_rt.CoordinatorSpout, "ack", lambda self, m: _stamp("ACK", _rt.attempt_of(m).txid))
+            _stamp("B_EMIT" if e[0] == BATCH else "C_EMIT", e[1].txid)
+    _wrap(CoordinatorSpout, "_emit", on_emit)
+    _wrap(CoordinatorSpout, "ack", lambda self, m: _stamp("ACK", attempt_of(m).txid))
     _wrap(_values.ValueMap, "multi_add", lambda self, t, d: _stamp("MA0", t), lambda self, t, d: _stamp("MA1", t))
     _wrap(bench.SlowSink, "finish_batch", lambda self: _stamp("FB0", self.id.txid),
           lambda self: _stamp("FB1", self.id.txid))

@@ -14,6 +14,7 @@ _NAMES = {
     "RedisKeyValueState": "redis_kv",
     "StateSerializationError": "serializer",
     "OpaqueValue": "values", "TransactionalValue": "values", "ValueMap": "values",
+    "TransactionalState": "transactional",
 }
 __all__ = sorted(_NAMES)
 

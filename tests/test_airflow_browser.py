@@ -20,6 +20,7 @@ import redis
 
 from state.checkpoint import COMMITTING, CheckPointState, save_checkpoint
 from state.layout import REGISTRY, ctl_key
+from state.transactional import current_key
 from topology_runtime import LocalCluster
 
 CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
@@ -44,7 +45,7 @@ def run(redis_server):
                                                  "test.sleep": sleep}, timeout=300)
     assert result.state == "completed"
     save_checkpoint(client, NAME, CheckPointState(42, COMMITTING))
-    client.set(ctl_key(NAME, "tx:current"), 9)
+    client.set(current_key(NAME), 9)
     yield client
     for k in client.keys(f"topology:{{{NAME}:*"):
         client.delete(k)

@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 
 from state.checkpoint import PREPARING, CheckPointState, save_checkpoint
 from state.layout import REGISTRY, ctl_key
+from state.transactional import current_key
 from topology_runtime import Bolt, LocalCluster, TopologyBuilder
 from topology_runtime.api.status import ComponentStats, RunStatus
 from topology_runtime.control.control_plane import ControlPlane
@@ -73,9 +74,9 @@ def data(redis_server):
         result = cluster.run(NAME, topology(), {"test.redis.url": url, "test.key": "ui"}, timeout=120)
     assert result.state == "completed"
     # Where the runtime keeps them: the checkpoint record (state/layout.py) and the transactional
-    # coordinator's next txid (transactional/runtime.py).
+    # coordinator's next txid (state/transactional.py).
     save_checkpoint(client, NAME, CheckPointState(7, PREPARING))
-    client.set(ctl_key(NAME, "tx:current"), 12)
+    client.set(current_key(NAME), 12)
     control = ControlPlane(url)
     token = control.register(EVIL, "local", 1)
     status = RunStatus(EVIL, "failed", error="<b>boom</b>", components={"<i>x</i>": ComponentStats(emitted=3)},

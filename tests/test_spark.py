@@ -15,8 +15,8 @@ import redis
 
 from examples.wordcount import COUNTS, load_sentences
 from topology_runtime.control.control_plane import ControlPlane
-from topology_runtime.testing import wait_for
 from topology_runtime.launchers.spark import SparkCluster, spark_env
+from topology_runtime.testing import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parent.parent

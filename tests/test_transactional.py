@@ -11,6 +11,7 @@ import pytest
 import redis
 
 from examples.transactional_count import DATA, global_count, word_count
+from state.transactional import current_txid
 from state.values import TransactionalValue, ValueMap
 from topology_runtime import LocalCluster
 from topology_runtime.testing import wait_for
@@ -49,7 +50,7 @@ def test_transactional_word_count_is_exact(redis_url, capfd):
     # A clean end: 300 rows / 20 per batch = 15 non-empty batches; at most max.spout.pending - 1
     # empty ones may start before the last batches' metadata is known (it was dozens when the
     # exhaustion check was cached for 0.1 s).
-    committed = int(client.get("topology:{txwc:ctl}:tx:current")) - 1
+    committed = current_txid(client, "txwc") - 1
     assert 15 <= committed <= 15 + 2
     # The coordinator's progress line reached the worker log, the last one at the end of the run.
     lines = [ln for ln in capfd.readouterr().err.splitlines() if "transactional txwc: committed through" in ln]

@@ -14,14 +14,14 @@ import redis
 from examples.transactional_count import KeyedCount, UpdateWordCounts
 from state.values import ValueMap
 from topology_runtime import LocalCluster
-from topology_runtime.launchers.local import wait_for
+from topology_runtime.testing import wait_for
 from topology_runtime.transactional import (
     BatchBolt,
     Committer,
     MemoryTransactionalSpout,
     TransactionalTopologyBuilder,
 )
-from topology_runtime.transactional.runtime import CHUNK_ROWS, RowChunks
+from topology_runtime.transactional.coordinated_bolt import CHUNK_ROWS, RowChunks
 
 
 def test_row_chunks_fill_per_target_and_flush_the_rest():

@@ -15,9 +15,9 @@ import redis
 from examples.redis_streams_count import UpdateOpaqueWordCounts, counting_topology, fill
 from examples.transactional_count import UpdateWordCounts
 from state.serializer import loads
+from state.transactional import current_txid
 from topology_runtime import FailedException, LocalCluster
-from topology_runtime.testing import wait_for
-from topology_runtime.testing import maybe_crash
+from topology_runtime.testing import maybe_crash, wait_for
 from topology_runtime.transactional import (
     MemoryTransactionalSpout,
     RedisStreamsOpaqueTransactionalSpout,
@@ -40,7 +40,7 @@ def _counts(client: redis.Redis, key: str = "word-counts") -> dict:
 
 
 def _committed(client: redis.Redis, name: str) -> int:
-    return int(client.get(f"topology:{{{name}:ctl}}:tx:current") or 1) - 1
+    return current_txid(client, name) - 1
 
 
 def _tx_keys(client: redis.Redis, name: str) -> list[str]:

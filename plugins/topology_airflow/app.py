@@ -31,11 +31,11 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from state.layout import REGISTRY, ctl_key
+from state.transactional import current_key, parse_txid
 from topology_runtime.control.control_plane import ControlPlane, RunRecord
 
 URL_PREFIX = "/topologies"
 MAX_ERRORS = 20  # the page shows the most recent errors; the run keeps its own bounded list
-TX_CURRENT = "tx:current"  # the transactional coordinator's next txid (transactional/runtime.py)
 REFRESH_SECS = 10
 
 
@@ -145,7 +145,7 @@ def topology_detail(control: ControlPlane, name: str) -> dict[str, Any] | None:
     pipe = control.redis.pipeline(transaction=False)
     pipe.lrange(ctl_key(name, "history"), 0, -1)
     pipe.hgetall(ctl_key(name, "checkpoint"))
-    pipe.get(ctl_key(name, TX_CURRENT))
+    pipe.get(current_key(name))  # the transactional coordinator's next txid (state/transactional.py)
     raw_history, checkpoint, tx_current = pipe.execute()
     history = [json.loads(s) for s in raw_history]
     status = rec.status or {}
@@ -155,8 +155,9 @@ def topology_detail(control: ControlPlane, name: str) -> dict[str, Any] | None:
         # PREPARING(t) / COMMITTING(t): t-1 is the last txid committed by every task.
         cp = {"txid": txid, "phase": phase, "last_committed": txid if phase == "COMMITTED" else txid - 1}
     tx = None
-    if tx_current is not None:
-        tx = {"current_txid": int(tx_current), "last_committed": int(tx_current) - 1}
+    current = parse_txid(tx_current)
+    if current is not None:
+        tx = {"current_txid": current, "last_committed": current - 1}
     errors = list(status.get("errors") or [])[-MAX_ERRORS:]
     errors.reverse()  # most recent first
     return {

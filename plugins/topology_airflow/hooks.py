@@ -18,12 +18,10 @@ from airflow.sdk import BaseHook
 from state import RecoveryReport, recover
 from state.checkpoint import COMMITTED, load_checkpoint
 from state.layout import ctl_key
+from state.transactional import current_txid
 from topology_runtime.control.control_plane import ControlPlane, RunRecord
 from topology_runtime.launchers.spark import DEFAULT_SPARK_CONF, DRIVER_SCRIPT, driver_args, spark_env
 
-# Where the transactional coordinator keeps the next txid to commit (topology_runtime/transactional/
-# runtime.py writes it; the last committed txid is one less).
-TX_CURRENT_KEY = "tx:current"
 # A log line of the driver or of Spark (timestamped); the reporter's summary lines are not.
 _LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d|\d\d/\d\d/\d\d \d\d:\d\d:\d\d)")
 
@@ -189,8 +187,8 @@ class TopologyHook(BaseHook):
         cp = load_checkpoint(client, name) if client.exists(ctl_key(name, "checkpoint")) else None
         # PREPARING(t) and COMMITTING(t) mean t-1 is the last txid committed everywhere.
         checkpoint = None if cp is None else (cp.txid if cp.state == COMMITTED else cp.txid - 1)
-        cur = client.get(ctl_key(tx_id or name, TX_CURRENT_KEY))
-        return {"checkpoint": checkpoint, "transactional": int(cur) - 1 if cur is not None else None}
+        cur = current_txid(client, tx_id or name)  # the next txid to commit: one past the last committed
+        return {"checkpoint": checkpoint, "transactional": cur - 1 if cur is not None else None}
 
     def kill(self, name: str, drain: bool = False) -> bool:
         """Ask the live run to stop (through Redis); the driver then exits on its own."""

@@ -22,8 +22,8 @@ class TopologySensor(BaseSensorOperator):
     * ``"completed"`` / ``"failed"``: the run ended in that state;
     * ``"txid"``: the last committed txid is at least ``txid``; ``txid_kind`` says which:
       ``"checkpoint"`` (stateful bolts: ``topology:{ID:ctl}:checkpoint``), ``"transactional"``
-      (the transactional coordinator: ``topology:{TX_ID:ctl}:tx:current`` minus one, ``tx_id``
-      defaulting to ``name``) or ``"any"`` (either).
+      (the transactional coordinator's current txid minus one, ``state.transactional.current_txid``;
+      ``tx_id`` defaulting to ``name``) or ``"any"`` (either).
 
     Fails at once, rather than waiting for its timeout, when the run ended in a way that can no
     longer satisfy the condition (waiting for running/completed/txid and the run failed, was

@@ -3,12 +3,14 @@ committed strictly in txid order, replayed whole on failure.
 
 Built on the plain runtime: the coordinator is a spout, emitters and batch bolts are
 CoordinatedBolt wrappers whose per-batch counts travel on a direct coordination stream.
+One module per role: coordinator.py (the coordinator spout), emitter.py (the emitter),
+coordinated_bolt.py (the wrapper, stream names, row chunks); their Redis records are
+state/transactional.py's TransactionalState. The Redis Streams spouts live with the other
+connectors (topology_runtime/connectors/) and are re-exported here on first use.
 """
 
-from ..connectors.redis_streams_transactional import (
-           RedisStreamsOpaqueTransactionalSpout,
-           RedisStreamsTransactionalSpout,
-)
+from typing import Any
+
 from ..reliability.transactional import TransactionAttempt
 from .batch import BatchBolt, Committer
 from .builder import TransactionalTopologyBuilder
@@ -17,3 +19,14 @@ from .spouts import MemoryTransactionalSpout, OpaquePartitionedTransactionalSpou
 __all__ = ["BatchBolt", "Committer", "MemoryTransactionalSpout", "OpaquePartitionedTransactionalSpout",
            "PartitionedTransactionalSpout", "RedisStreamsOpaqueTransactionalSpout",
            "RedisStreamsTransactionalSpout", "TransactionAttempt", "TransactionalTopologyBuilder"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: connectors sit above this layer (they implement its spout contracts).
+    if name in ("RedisStreamsOpaqueTransactionalSpout", "RedisStreamsTransactionalSpout"):
+        from importlib import import_module
+
+        value = getattr(import_module("topology_runtime.connectors.redis_streams_transactional"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -6,15 +6,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..api.builder import Topology, TopologyBuilder
-from .runtime import (
-    BATCH_STREAM,
-    COMMIT_STREAM,
-    COORD_STREAM,
-    ROWS_STREAM,
-    CoordinatedBolt,
-    CoordinatorSpout,
-    is_committer,
-)
+from .coordinated_bolt import BATCH_STREAM, COMMIT_STREAM, COORD_STREAM, ROWS_STREAM, CoordinatedBolt, is_committer
+from .coordinator import CoordinatorSpout
 
 
 class _Declarer:

@@ -1,33 +1,21 @@
-"""The transactional components on the plain runtime: coordinator spout, emitter, and the
-CoordinatedBolt wrapper around batch bolts."""
+"""Storm's CoordinatedBolt on the plain runtime: the wrapper that runs a BatchBolt per batch
+attempt (or, for the spout's component, the emitter) and reports per-attempt counts on the
+coordination stream, so each task knows when its upstream's part of a batch is complete.
+
+Also what travels between wrappers: the stream names, the attempt's wire form, and RowChunks
+(a batch's rows sent per target task in chunks).
+"""
 
 from __future__ import annotations
 
 import copy
-import json
-import logging
-import time
 from typing import Any
 
-import redis
-
-from ..api.components import Bolt, Spout, Stream, StreamInfo, Tuple
+from ..api.components import Bolt, Stream, StreamInfo, Tuple
 from ..reliability.coordinated import NOTHING, CoordinatedTracker
-from ..reliability.transactional import (
-    BATCH,
-    COMMITTING,
-    PROCESSING,
-    TransactionalCoordinator,
-    TransactionAttempt,
-    opaque_commit,
-    opaque_last_meta,
-)
-from ..testing.faults import maybe_crash
+from ..reliability.transactional import TransactionAttempt
 from .batch import Committer
-from .progress import TxProgress
-from .spouts import is_opaque
-
-log = logging.getLogger(__name__)
+from .emitter import TransactionalEmitter
 
 COORD_STREAM = "$coord"
 BATCH_STREAM, COMMIT_STREAM = "batch", "commit"
@@ -86,190 +74,15 @@ class RowChunks:
 
 
 def attempt_of(value: Any) -> TransactionAttempt:
+    """The attempt a tuple carries: as sent on the wire ([txid, attempt_id]) or already one."""
     if isinstance(value, TransactionAttempt):
         return value
     return TransactionAttempt(int(value[0]), int(value[1]))
 
 
 def wire(value: Any) -> Any:
+    """What an attempt is sent as: a plain list every transport and serializer carries."""
     return [value.txid, value.attempt_id] if isinstance(value, TransactionAttempt) else value
-
-
-def _key(tx_id: str, name: str) -> str:
-    return f"topology:{{{tx_id}:ctl}}:tx:{name}"
-
-
-def _txid_of_key(key: str) -> int | None:
-    tail = key.rsplit(":", 1)[-1]
-    return int(tail) if tail.isdigit() else None
-
-
-def _redis(conf: dict) -> redis.Redis:
-    url = (conf.get("topology.state.provider.config") or {}).get("url") or conf.get("redis.url")
-    if not url:
-        raise ValueError("a transactional topology keeps its txid and batch metadata in Redis: set redis.url")
-    return redis.Redis.from_url(url, decode_responses=True)
-
-
-class CoordinatorSpout(Spout):
-    """One task. Batches and commits are tuples tracked by the acker (msg id = the attempt)."""
-
-    outputs = {BATCH_STREAM: ["tx", "committed"], COMMIT_STREAM: ["tx"]}
-    # Commits are strictly serial, so their latency is the pipeline's period: a commit tuple
-    # goes ahead of queued batch data at the committer (one commit is in flight at a time).
-    priority_streams = (COMMIT_STREAM,)
-
-    def __init__(self, spout: Any, tx_id: str | None) -> None:
-        self.spout = spout
-        self.tx_id = tx_id
-
-    def open(self, conf, context):
-        self.tx_id = self.tx_id or conf.get("topology.transactional.id") or context.topology_id
-        self.redis = _redis(conf)
-        cur = self.redis.get(_key(self.tx_id, "current"))
-        self.spout.open(conf)
-        self.opaque = is_opaque(self.spout)
-        self.n_partitions = self.spout.num_partitions() if self.opaque else 0  # for opaque commits
-        recorded = self._cleanup_metas(int(cur) if cur else 1)
-        self.machine = TransactionalCoordinator(
-            max_active=int(conf.get("topology.max.spout.pending") or 1),
-            current_txid=int(cur) if cur else 1,
-            is_ready=self._ready,
-        )
-        if not self.opaque:  # opaque replays read anew from the committed metadata instead
-            self.machine.restore_recorded(recorded)
-        self.done = False
-        self._checked = float("-inf")
-        self._is_exhausted = False
-        every = conf.get("topology.transactional.progress.secs", 10.0)
-        self.progress = TxProgress(self.tx_id, float(every) if every else None, time.monotonic(),
-                                   pending=self.machine.max_active)
-
-    def _cleanup_metas(self, current: int) -> list[int]:
-        """Deletes per-txid metadata a previous run left behind (a crash between writing and
-        deleting); returns the uncommitted txids whose batches an emitter recorded (partitioned
-        spouts): their data is already in ``last-meta``, so they must replay before a drained
-        stream may end the run."""
-        old, recorded = [], []
-        for pattern in ("meta:*", "ometa:*"):
-            for k in self.redis.scan_iter(match=_key(self.tx_id, pattern), count=1000):
-                t = _txid_of_key(k)
-                if t is not None and t < current - 1:
-                    old.append(k)
-                elif t is not None and t >= current and pattern == "meta:*":
-                    recorded.append(t)
-        if old:
-            self.redis.delete(*old)
-        return sorted(recorded)
-
-    def _latest_metas(self) -> dict:
-        """Per partition, where the newest batch ends: committed metadata (opaque) or the last
-        batch recorded (partitioned), then, for opaque spouts, the batches in flight."""
-        if not self.opaque:
-            return {int(k): json.loads(v) for k, v in self.redis.hgetall(_key(self.tx_id, "last-meta")).items()}
-        txids = sorted(self.machine.active)
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hgetall(_key(self.tx_id, "committed-meta"))
-        for t in txids:
-            pipe.hgetall(_key(self.tx_id, f"ometa:{t}"))
-        committed, *inflight = pipe.execute()
-        metas = {int(p): json.loads(v)[2] for p, v in committed.items()}
-        for t, entries in zip(txids, inflight):
-            a = self.machine.active[t].attempt
-            for p, v in entries.items():
-                e = json.loads(v)
-                if int(e[0]) == a.attempt_id:  # only the current attempt: older ones are replayed
-                    metas[int(p)] = e[1]
-        return metas
-
-    def _exhausted(self) -> bool:
-        # Cached between acks (not one read per sync), but re-read after every ack or fail: that
-        # is when batch metadata changed, so a bounded run does not start empty batches at its end.
-        now = time.monotonic()
-        if now - self._checked >= 0.1:
-            self._checked = now
-            self._is_exhausted = self.spout.exhausted(self._latest_metas())
-        return self._is_exhausted
-
-    def _commit_opaque(self, a: TransactionAttempt) -> bool:
-        """Atomically: this attempt's metadata becomes each partition's committed metadata, and
-        the current txid moves on. Done here, in one MULTI with the txid, so a SIGKILL anywhere
-        leaves either both committed or neither (then the batch replays from the old metadata)."""
-        key_o, key_c = _key(self.tx_id, f"ometa:{a.txid}"), _key(self.tx_id, "committed-meta")
-        with self.redis.pipeline() as pipe:
-            while True:
-                try:
-                    pipe.watch(key_o, key_c)
-                    entries = {int(p): json.loads(v) for p, v in pipe.hgetall(key_o).items()}
-                    committed = {int(p): json.loads(v) for p, v in pipe.hgetall(key_c).items()}
-                    new = opaque_commit(a, entries, committed, range(self.n_partitions))
-                    if new is None:
-                        pipe.unwatch()
-                        return False
-                    pipe.multi()
-                    if new:
-                        pipe.hset(key_c, mapping={str(p): json.dumps(e) for p, e in new.items()})
-                    pipe.set(_key(self.tx_id, "current"), a.txid + 1)
-                    pipe.delete(key_o)
-                    pipe.execute()
-                    return True
-                except redis.WatchError:
-                    continue
-
-    def _ready(self) -> bool:
-        return not self.done and self.spout.is_ready() and not self._exhausted()
-
-    def _emit(self, out: list) -> None:
-        now = time.monotonic() if out else 0.0
-        for e in out:
-            if e[0] == BATCH:
-                self.progress.batch_started(e[1].txid, now)
-                self.emit([wire(e[1]), self.machine.current_txid - 1], msg_id=wire(e[1]), stream=BATCH_STREAM)
-            else:
-                self.progress.commit_started(e[1].txid, now)
-                self.emit([wire(e[1])], msg_id=wire(e[1]), stream=COMMIT_STREAM)
-
-    def next_tuple(self):
-        if not self.done and not self.machine.has_replays() and self._exhausted():
-            self.done = True
-            self._report(force=True)
-            self.finish()  # bounded: every batch committed and nothing left
-            return
-        self._emit(self.machine.sync())
-        self._report()
-
-    def _report(self, force: bool = False) -> None:
-        line = self.progress.report(time.monotonic(), len(self.machine.active), force=force)
-        if line:
-            log.info("%s", line)
-
-    def ack(self, msg_id):
-        a = attempt_of(msg_id)
-        self._checked = float("-inf")
-        tx = self.machine.active.get(a.txid)
-        if tx is not None and tx.attempt == a and tx.status == COMMITTING:
-            maybe_crash("tx-commit", a.txid)  # committers wrote their state; nothing recorded yet
-            if self.opaque and not self._commit_opaque(a):
-                log.warning("batch %s continued after a stale attempt of the batch before: replaying it", a)
-                self._emit(self.machine.fail(a))
-                return
-        before = self.machine.current_txid
-        processed = tx is not None and tx.attempt == a and tx.status == PROCESSING
-        out = self.machine.ack(a)
-        if self.machine.current_txid != before and not self.opaque:  # a commit completed: persist
-            pipe = self.redis.pipeline()
-            pipe.set(_key(self.tx_id, "current"), self.machine.current_txid)
-            pipe.delete(_key(self.tx_id, f"meta:{a.txid}"))  # a committed batch never replays
-            pipe.execute()
-        if processed:
-            self.progress.batch_processed(a.txid, time.monotonic())
-        elif self.machine.current_txid != before:
-            self.progress.committed(a.txid, time.monotonic())
-        self._emit(out)
-
-    def fail(self, msg_id):
-        self._checked = float("-inf")
-        self._emit(self.machine.fail(attempt_of(msg_id)))
 
 
 class CoordinatedBolt(Bolt):
@@ -307,13 +120,9 @@ class CoordinatedBolt(Bolt):
         if "default" in self.outputs:
             self._rows_route = self.router("default")  # the user's grouping, applied per row
             self._send_chunk = self.chunk_emitter(ROWS_STREAM)
+        self.emitter: TransactionalEmitter | None = None  # set on the spout's component only
         if self.emitter_of is not None:
-            self.redis = _redis(conf)
-            self.tx_id = self.tx_id or conf.get("topology.transactional.id") or context.topology_id
-            self.emitter_of.open(conf)
-            self.opaque = is_opaque(self.emitter_of)
-            n = self.emitter_of.num_partitions()
-            self.partitions = [p for p in range(n) if p % context.parallelism == context.task_index]
+            self.emitter = TransactionalEmitter.open(self.emitter_of, conf, context, self.tx_id)
 
     # --- emits from the delegate (counted per target task for the coordination stream) --------
     def _counted_emit(self, attempt: TransactionAttempt):
@@ -378,7 +187,7 @@ class CoordinatedBolt(Bolt):
             self._apply(self.tracker.coord(attempt, int(tup.values[1]), tup))
         elif self.id_stream and stream == COMMIT_STREAM:
             self._apply(self.tracker.id_tuple(attempt, tup))
-        elif self.emitter_of is not None:
+        elif self.emitter is not None:
             try:
                 self._emit_batch(attempt, tup)
             except Exception:
@@ -406,69 +215,18 @@ class CoordinatedBolt(Bolt):
 
     def _emit_batch(self, attempt: TransactionAttempt, tup: Tuple) -> None:
         """The emitter: one call emits this task's part of the batch (thousands of rows), so
-        the per-row path is kept short: the wire form of the attempt is built once, and the
-        per-task counts are summed here and handed to the tracker once, at the end."""
+        the per-row path is kept short: the wire form of the attempt is built once, the chunker's
+        ``add_row`` goes straight to the spout, and the per-task counts are summed here and
+        handed to the tracker once, at the end."""
         if self._rows_route is None:
             raise ValueError(f"transactional spout of {self.context.component_id!r} declares no fields")
         rows = RowChunks(self._rows_route, self._send_chunk, wire(attempt))
         try:
-            self._emit_batch_rows(attempt, tup, rows.add_row)  # each row waits in its targets' chunks
+            # each row waits in its targets' chunks; values[1]: the last committed txid
+            self.emitter.emit_batch(attempt, tup.values[1], rows.add_row)
             rows.flush()
         finally:  # also on failure: what went out is counted (the batch fails either way)
             self.tracker.emitted_counts(attempt, rows.sent)
-
-    def _emit_batch_rows(self, attempt: TransactionAttempt, tup: Tuple, emit_row) -> None:
-        if self.opaque:
-            self._emit_opaque_batch(attempt, emit_row)
-            return
-        key_meta, key_last = _key(self.tx_id, f"meta:{attempt.txid}"), _key(self.tx_id, "last-meta")
-        committed = tup.values[1]
-        ps = [str(p) for p in self.partitions]
-        pipe = self.redis.pipeline(transaction=False)  # one round trip for every owned partition
-        pipe.get(_key(self.tx_id, "current"))
-        pipe.hmget(key_meta, ps)
-        pipe.hmget(key_last, ps)
-        cur, metas, prevs = pipe.execute() if ps else (self.redis.get(_key(self.tx_id, "current")), [], [])
-        if cur is not None and attempt.txid < int(cur):
-            return  # a late tuple of a committed batch: its metadata is gone, emitting anew would skip data
-        new: dict[str, str] = {}
-        for p, raw, prev in zip(self.partitions, metas, prevs):
-            if raw is not None:  # a replay: exactly the same batch
-                self.emitter_of.emit_partition_batch(attempt, emit_row, p, json.loads(raw))
-                continue
-            meta = self.emitter_of.emit_partition_batch_new(attempt, emit_row, p, json.loads(prev) if prev else None)
-            new[str(p)] = json.dumps(meta)
-        # Recorded before the batch tuple is acked, so a replay finds it (Storm's order). If a
-        # partition raised above, nothing new is recorded: the failed attempt's tuples are
-        # dropped, and its replay starts each partition from the same last metadata.
-        pipe = self.redis.pipeline()
-        if new:
-            pipe.hset(key_meta, mapping=new)
-            pipe.hset(key_last, mapping=new)
-        if committed and committed > 1:
-            pipe.delete(_key(self.tx_id, f"meta:{committed - 1}"))  # cleanupBefore(committed)
-        pipe.execute()
-
-    def _emit_opaque_batch(self, attempt: TransactionAttempt, emit_row) -> None:
-        """Each owned partition continues after the previous batch (opaque_last_meta); what this
-        attempt read is recorded per attempt, and the coordinator commits it with the txid."""
-        if not self.partitions:
-            return
-        t, ps = attempt.txid, [str(p) for p in self.partitions]
-        pipe = self.redis.pipeline(transaction=True)  # one consistent snapshot with the coordinator's commits
-        pipe.get(_key(self.tx_id, "current"))
-        pipe.hmget(_key(self.tx_id, "committed-meta"), ps)
-        pipe.hmget(_key(self.tx_id, f"ometa:{t - 1}"), ps)
-        cur, committed, prev = pipe.execute()
-        current = int(cur) if cur else 1
-        if t < current:
-            return  # a late tuple of a batch that committed already: nothing to emit or record
-        entries = {}
-        for p, c, pr in zip(self.partitions, committed, prev):
-            last, base = opaque_last_meta(t, current, json.loads(c) if c else None, json.loads(pr) if pr else None)
-            meta = self.emitter_of.emit_partition_batch(attempt, emit_row, p, last)
-            entries[str(p)] = json.dumps([attempt.attempt_id, meta, base])
-        self.redis.hset(_key(self.tx_id, f"ometa:{t}"), mapping=entries)
 
     def _apply(self, f, anchor: Tuple | None = None) -> bool:
         """Returns True when a committer's finish_batch went off the loop: ``anchor`` is then

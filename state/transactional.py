@@ -1,0 +1,212 @@
+"""Storm's TransactionalState: a transactional topology's records in Redis behind named
+accessors, so nothing else spells their keys or their stored format.
+
+All records share the Cluster hash tag ``{TX:ctl}`` (``layout.tx_key``; TX is the
+transactional id), so a commit's MULTI runs on one node. Metadata values are stored as JSON:
+
+    tx:current           string  the next txid to commit (the last committed is one less)
+    tx:meta:TXID         hash    partition -> the batch's metadata (partitioned spouts)
+    tx:last-meta         hash    partition -> the newest batch's metadata (partitioned spouts)
+    tx:ometa:TXID        hash    partition -> [attempt_id, meta, base] (opaque spouts)
+    tx:committed-meta    hash    partition -> [txid, attempt_id, meta] (opaque spouts)
+
+A method that touches several records pipelines them, so each batch and each commit costs
+the round trips it did before the records had accessors (reads and writes are one each; the
+start-up scan and the WATCH/MULTI commit are what they must be). Never imports the runtime.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import redis
+
+from .connection import connect
+from .layout import tx_key
+
+# decide(entries, committed) -> the committed entries to write, or None to refuse the commit
+OpaqueDecision = Callable[[dict[int, Any], dict[int, Any]], dict[int, Any] | None]
+
+
+def current_key(tx_id: str) -> str:
+    """The key of the next txid to commit: for a caller reading it in its own pipeline."""
+    return tx_key(tx_id, "current")
+
+
+def parse_txid(raw: Any) -> int | None:
+    """A txid as read from Redis (str or bytes), None when absent."""
+    return int(raw) if raw else None
+
+
+def current_txid(client: redis.Redis, tx_id: str) -> int | None:
+    """The next txid transactional topology ``tx_id`` commits, None before its first commit
+    was recorded (the last committed txid is one less)."""
+    return parse_txid(client.get(current_key(tx_id)))
+
+
+def _txid_of_key(key: str) -> int | None:
+    tail = key.rsplit(":", 1)[-1]
+    return int(tail) if tail.isdigit() else None
+
+
+def _load(raw: str | None) -> Any:
+    return json.loads(raw) if raw else None
+
+
+def _loads(entries: dict) -> dict[int, Any]:
+    return {int(p): json.loads(v) for p, v in entries.items()}
+
+
+def _dumps(entries: dict[int, Any]) -> dict[str, str]:
+    return {str(p): json.dumps(v) for p, v in entries.items()}
+
+
+class TransactionalState:
+    """The records of transactional id ``tx_id`` on ``client`` (decode_responses=True)."""
+
+    def __init__(self, client: redis.Redis, tx_id: str) -> None:
+        self.client = client
+        self.tx_id = tx_id
+        # keys used on every batch, formatted once
+        self._current = current_key(tx_id)
+        self._last = tx_key(tx_id, "last-meta")
+        self._committed = tx_key(tx_id, "committed-meta")
+
+    @classmethod
+    def from_url(cls, url: str, tx_id: str) -> TransactionalState:
+        return cls(connect(url, decode_responses=True), tx_id)
+
+    def meta_key(self, txid: int) -> str:
+        return tx_key(self.tx_id, f"meta:{txid}")
+
+    def ometa_key(self, txid: int) -> str:
+        return tx_key(self.tx_id, f"ometa:{txid}")
+
+    # --- the current txid --------------------------------------------------------------------
+    def current_txid(self) -> int | None:
+        return parse_txid(self.client.get(self._current))
+
+    def set_current_txid(self, txid: int) -> None:
+        self.client.set(self._current, txid)
+
+    # --- partitioned spouts: per-txid batch metadata -----------------------------------------
+    def read_batch(self, txid: int, partitions: list[int]) -> tuple[int | None, list[tuple[bool, Any]]]:
+        """One round trip: ``(current txid, [(recorded, meta) per partition, in order])``.
+        ``recorded``: ``meta`` is what ``txid`` emitted before (replay exactly that batch); else
+        ``meta`` is the partition's newest batch (``last-meta``, None at the start): a new batch
+        starts after it."""
+        if not partitions:
+            return self.current_txid(), []
+        ps = [str(p) for p in partitions]
+        pipe = self.client.pipeline(transaction=False)
+        pipe.get(self._current)
+        pipe.hmget(self.meta_key(txid), ps)
+        pipe.hmget(self._last, ps)
+        cur, metas, lasts = pipe.execute()
+        return parse_txid(cur), [(True, json.loads(m)) if m is not None else (False, _load(last))
+                                 for m, last in zip(metas, lasts)]
+
+    def record_batch(self, txid: int, metas: dict[int, Any], committed: int | None = None) -> None:
+        """One MULTI: the new batches' metadata becomes ``meta:TXID`` and the partitions'
+        ``last-meta``; with ``committed`` (the last committed txid) the metadata before it is
+        deleted (Storm's cleanupBefore)."""
+        pipe = self.client.pipeline()
+        if metas:
+            mapping = _dumps(metas)
+            pipe.hset(self.meta_key(txid), mapping=mapping)
+            pipe.hset(self._last, mapping=mapping)
+        if committed and committed > 1:
+            pipe.delete(self.meta_key(committed - 1))
+        pipe.execute()
+
+    def last_metas(self) -> dict[int, Any]:
+        """Per partition, the newest batch's metadata (partitioned spouts)."""
+        return _loads(self.client.hgetall(self._last))
+
+    def commit(self, txid: int, current: int) -> None:
+        """One MULTI: ``current`` becomes the current txid and committed ``txid``'s metadata goes
+        (a committed batch never replays)."""
+        pipe = self.client.pipeline()
+        pipe.set(self._current, current)
+        pipe.delete(self.meta_key(txid))
+        pipe.execute()
+
+    # --- opaque spouts: per-attempt metadata, committed with the txid ------------------------
+    def read_opaque_batch(self, txid: int, partitions: list[int]) -> tuple[int, list, list]:
+        """One MULTI (a snapshot consistent with ``commit_opaque``): ``(current txid, committed,
+        previous)``, per partition (in order) its committed entry and the entry of ``txid - 1``
+        (None where there is none)."""
+        ps = [str(p) for p in partitions]
+        pipe = self.client.pipeline(transaction=True)
+        pipe.get(self._current)
+        pipe.hmget(self._committed, ps)
+        pipe.hmget(self.ometa_key(txid - 1), ps)
+        cur, committed, prev = pipe.execute()
+        current = parse_txid(cur)
+        return 1 if current is None else current, [_load(c) for c in committed], [_load(p) for p in prev]
+
+    def record_opaque_batch(self, txid: int, entries: dict[int, Any]) -> None:
+        """Per partition, what this attempt of ``txid`` read (``ometa:TXID``)."""
+        self.client.hset(self.ometa_key(txid), mapping=_dumps(entries))
+
+    def opaque_metas(self, txids: list[int]) -> tuple[dict[int, Any], list[dict[int, Any]]]:
+        """One round trip: the committed entries, and the entries of each of ``txids``."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hgetall(self._committed)
+        for t in txids:
+            pipe.hgetall(self.ometa_key(t))
+        committed, *inflight = pipe.execute()
+        return _loads(committed), [_loads(e) for e in inflight]
+
+    def commit_opaque(self, txid: int, decide: OpaqueDecision) -> bool:
+        """Atomically: ``decide(entries of txid, committed entries)`` says what becomes committed
+        and the current txid moves to ``txid + 1``, in one MULTI watched on both records, so a
+        SIGKILL anywhere leaves either both or neither. False (nothing written) when ``decide``
+        returns None."""
+        key_o = self.ometa_key(txid)
+        with self.client.pipeline() as pipe:
+            while True:
+                try:
+                    pipe.watch(key_o, self._committed)
+                    new = decide(_loads(pipe.hgetall(key_o)), _loads(pipe.hgetall(self._committed)))
+                    if new is None:
+                        pipe.unwatch()
+                        return False
+                    pipe.multi()
+                    if new:
+                        pipe.hset(self._committed, mapping=_dumps(new))
+                    pipe.set(self._current, txid + 1)
+                    pipe.delete(key_o)
+                    pipe.execute()
+                    return True
+                except redis.WatchError:
+                    continue  # a record changed between the reads and the MULTI: decide again
+
+    # --- leftovers ---------------------------------------------------------------------------
+    def scan_metas(self) -> Iterator[tuple[str, int, str]]:
+        """Every per-txid record present: ``(kind, txid, key)``, kind ``"meta"`` or ``"ometa"``."""
+        for kind in ("meta", "ometa"):
+            for k in self.client.scan_iter(match=tx_key(self.tx_id, f"{kind}:*"), count=1000):
+                t = _txid_of_key(k)
+                if t is not None:
+                    yield kind, t, k
+
+    def cleanup(self, current: int) -> list[int]:
+        """At start-up, with ``current`` the current txid: deletes the per-txid records a previous
+        run left behind (a crash between writing and deleting) from before ``current - 1``, and
+        returns the uncommitted txids whose batch an emitter recorded (partitioned spouts)."""
+        old, recorded = [], []
+        for kind, t, k in self.scan_metas():
+            if t < current - 1:
+                old.append(k)
+            elif t >= current and kind == "meta":
+                recorded.append(t)
+        self.delete(old)
+        return sorted(recorded)
+
+    def delete(self, keys: Iterable[str]) -> None:
+        keys = list(keys)
+        if keys:
+            self.client.delete(*keys)
