@@ -40,7 +40,7 @@ def _counts(client: redis.Redis, key: str = "word-counts") -> dict:
 
 
 def _committed(client: redis.Redis, name: str) -> int:
-    return current_txid(client, name) - 1
+    return (current_txid(client, name) or 1) - 1
 
 
 def _tx_keys(client: redis.Redis, name: str) -> list[str]:
