@@ -56,6 +56,9 @@ class WorkerSpec:
 
 
 class Worker:
+    """One worker process's event loop: it owns the queue, the sockets, the outbound batches and
+    acker routing; its executors run the tasks and reach it only through ``self.port``."""
+
     def __init__(self, spec: WorkerSpec) -> None:
         self.spec = spec
         self.plan: Plan = spec.plan
