@@ -34,6 +34,13 @@ DEFAULTS: dict[str, Any] = {
     "topology.max.error.report.per.interval": 5,
     # This project's own keys.
     "topology.max.restarts": 10,
+    # Spark: the delay before a failed barrier stage is launched again grows from initial to max
+    # (times multiplier per consecutive failure); a stage that ran healthy for reset.secs starts
+    # the count (topology.max.restarts consecutive failures) and the delay over.
+    "topology.restart.backoff.initial.secs": 1.0,
+    "topology.restart.backoff.max.secs": 30.0,
+    "topology.restart.backoff.multiplier": 2.0,
+    "topology.restart.backoff.reset.secs": 60.0,
     "topology.state.exactly.once": False,
     "topology.stats.interval.secs": 1.0,
     "topology.transactional.progress.secs": 10.0,  # the coordinator's progress line; None: off
@@ -175,6 +182,13 @@ def resolve_config(conf: Mapping[str, Any] | None, workers: int | None = None) -
         out[k] = _bool(k, out[k])
     for k in ("topology.tick.tuple.freq.secs", "topology.transactional.progress.secs"):
         out[k] = _positive_number(k, out[k], allow_none=True)
+    for k in ("topology.restart.backoff.initial.secs", "topology.restart.backoff.max.secs",
+              "topology.restart.backoff.reset.secs"):
+        out[k] = _positive_number(k, out[k], zero=True)
+    k = "topology.restart.backoff.multiplier"
+    out[k] = _positive_number(k, out[k])
+    if out[k] < 1:
+        raise ConfigError(f"config key {k!r}: expected a number >= 1, got {out[k]!r}")
     for k in ("topology.transfer.batch.size", "topology.transfer.buffer.size",
               "topology.executor.receive.buffer.size", "topology.max.restarts"):
         out[k] = _positive_number(k, out[k], integer=True, zero=(k == "topology.max.restarts"))

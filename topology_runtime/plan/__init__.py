@@ -1,6 +1,6 @@
 """The plan: a validated topology expanded to tasks, with system components added and tasks
 assigned to workers. Deterministic."""
 
-from .planner import ACKER, Plan, Subscription, build_plan, direct_subscribers
+from .planner import ACKER, Plan, Subscription, build_plan, direct_subscribers, replan
 
-__all__ = ["ACKER", "Plan", "Subscription", "build_plan", "direct_subscribers"]
+__all__ = ["ACKER", "Plan", "Subscription", "build_plan", "direct_subscribers", "replan"]

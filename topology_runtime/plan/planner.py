@@ -162,6 +162,13 @@ def build_plan(topology: Topology, conf: dict[str, Any], workers: int | None = N
                 streams, stream_ids, subscriptions, component_conf, stateful, exactly_once, checkpoint_inputs)
 
 
+def replan(plan: Plan, workers: int) -> Plan:
+    """The same topology on ``workers`` workers: every task keeps its id (ackers included), so
+    state namespaces and acker routing stay put; only the placement of tasks changes."""
+    conf = {**plan.conf, "topology.acker.executors": len(plan.acker_tasks)}
+    return build_plan(plan.topology, conf, workers)
+
+
 def _subscription(target: str, g: Grouping, tasks: list[int], info: StreamInfo) -> Subscription:
     idx = tuple(info.index[f] for f in g.fields) if g.fields else ()
     return Subscription(target, g.kind, sorted(tasks), idx)

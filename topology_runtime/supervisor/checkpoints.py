@@ -48,6 +48,10 @@ class ExactlyOnceCheckpoints:
         self._on_redis_lost = on_redis_lost
         self.recover()
 
+    def set_workers(self, n: int) -> None:
+        """The run was re-planned onto ``n`` workers (between launches: nothing in flight)."""
+        self.coordinator.workers = frozenset(range(n))
+
     @property
     def committed(self) -> int:
         return self.coordinator.committed

@@ -79,6 +79,7 @@ class RunSupervisor:
         self.secret = secrets.token_bytes(32)
         self.control = ControlServer(self.secret, host)
         self.slots = {i: WorkerSlot(i) for i in range(plan.workers)}
+        self._carried: dict = {}  # stats of the slots of earlier plans (re-planned runs)
         self.state = STARTING
         self.error: str | None = None
         self.errors: list[dict] = []
@@ -171,6 +172,23 @@ class RunSupervisor:
                 slot.stopped = True
             self._finish()
             return False
+
+    def replan(self, plan: Plan) -> None:
+        """Between two launches (every worker down): the same tasks on ``plan.workers`` workers
+        (plan.planner.replan), e.g. onto the Spark slots that remain after a node was lost."""
+        with self.lock:
+            for slot in self.slots.values():
+                self._retire(slot)
+                for task, s in slot.carried.items():
+                    _add_task_stats(self._carried, task, s)
+            log.warning("run %s: re-planned from %d to %d worker(s)", self.name, self.plan.workers, plan.workers)
+            self.plan = plan
+            self.slots = {i: WorkerSlot(i) for i in range(plan.workers)}
+            self._peers_sent = False
+            self._replies = {}
+            self._last_quiet = None
+            if self.checkpoints is not None:
+                self.checkpoints.set_workers(plan.workers)
 
     def workers_info(self) -> dict:
         with self.lock:
@@ -373,6 +391,8 @@ class RunSupervisor:
     def _status(self) -> RunStatus:
         plan = self.plan
         per_task: dict[int, dict] = {}
+        for task, s in self._carried.items():
+            _add_task_stats(per_task, int(task), s)
         for slot in self.slots.values():
             for task, s in slot.carried.items():
                 _add_task_stats(per_task, int(task), s)
