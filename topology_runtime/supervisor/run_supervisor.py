@@ -53,6 +53,7 @@ class WorkerSlot:
     stopped: bool = False
     extra: dict = field(default_factory=dict)
     hello: dict = field(default_factory=dict)
+    min_incarnation: int = 0  # messages of older (dead) incarnations are ignored
 
 
 def _add_task_stats(into: dict, task: int, s: dict) -> None:
@@ -111,6 +112,10 @@ class RunSupervisor:
         """A worker process ended. Returns True if the launcher should start it again."""
         slot = self.slots[index]
         with self.lock:
+            # Its address is dead: no peer table may carry it again, and what that incarnation
+            # sent before dying (a late hello) must not bring it back.
+            slot.address = None
+            slot.min_incarnation = max(slot.min_incarnation, slot.incarnation + 1)
             if self._stop_reason is not None or self.state in FINAL_STATES:
                 slot.stopped = True
                 return False
@@ -263,6 +268,8 @@ class RunSupervisor:
             return
         slot = self.slots[w]
         inc = msg.get("inc", slot.incarnation)
+        if inc < slot.min_incarnation:
+            return  # from an incarnation that already died
         if t == Control.HELLO:
             if inc != slot.incarnation:
                 if slot.incarnation >= 0:

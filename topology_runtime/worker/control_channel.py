@@ -33,20 +33,23 @@ def set_peers(w: Worker, peers: dict) -> None:
 
 def wait_for_peers(w: Worker) -> None:
     deadline = time.monotonic() + PEER_WAIT_SECS
-    hello(w, )
+    hello(w)
     if getattr(w, "_preset_peers", False):
         return
     last_hello = time.monotonic()
     while time.monotonic() < deadline:
         if w.control.sock.poll(200):
-            for msg in w.control.recv_all():
+            got_peers = False
+            for msg in w.control.recv_all():  # every one, in order: a newer table replaces an older
                 if msg.get("t") == Control.PEERS:
                     connect_peers(w, msg["peers"])
-                    return
-                if msg.get("t") == Control.STOP:
+                    got_peers = True
+                elif msg.get("t") == Control.STOP:
                     raise SystemExit(0)
+            if got_peers:
+                return
         if time.monotonic() - last_hello > 2.0:  # the supervisor may have missed it
-            hello(w, )
+            hello(w)
             last_hello = time.monotonic()
     raise FatalStartupError(f"worker {w.index}: no peer addresses from the supervisor in {PEER_WAIT_SECS}s")
 
