@@ -27,14 +27,13 @@ def wordcount_dag(dag_id: str, deferrable: bool) -> DAG:
 
         @task
         def load_sentences(params=None) -> str:
-            import redis
-
             from examples.wordcount import COUNTS, STREAM, load_sentences
+            from state.connection import connect
             from topology_runtime.control.redis_server import resolve_redis_url
 
             url, where = resolve_redis_url(None)
             print(f"Redis: {where}")
-            client = redis.Redis.from_url(url, decode_responses=True)
+            client = connect(url, decode_responses=True)
             client.delete(STREAM, COUNTS, f"{STREAM}:dead")
             n = len(load_sentences(client, int(params["sentences"])))
             print(f"loaded {n} sentences into {STREAM!r}")
@@ -57,11 +56,10 @@ def wordcount_dag(dag_id: str, deferrable: bool) -> DAG:
 
         @task
         def report(url: str) -> dict:
-            import redis
-
             from examples.wordcount import COUNTS
+            from state.connection import connect
 
-            counts = {k: int(v) for k, v in redis.Redis.from_url(url, decode_responses=True).hgetall(COUNTS).items()}
+            counts = {k: int(v) for k, v in connect(url, decode_responses=True).hgetall(COUNTS).items()}
             top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
             print(f"{sum(counts.values())} words counted; top words:")
             for word, n in top:

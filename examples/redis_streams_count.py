@@ -19,6 +19,8 @@ if __package__ in (None, ""):
 import redis  # noqa: E402
 
 from examples.transactional_count import KeyedCount, UpdateWordCounts  # noqa: E402
+from state.connection import connect  # noqa: E402
+from state.layout import same_slot  # noqa: E402
 from state.values import ValueMap  # noqa: E402
 from topology_runtime import LocalCluster  # noqa: E402
 from topology_runtime.transactional import (  # noqa: E402
@@ -41,7 +43,7 @@ class UpdateOpaqueWordCounts(BatchBolt, Committer):
 
     def prepare(self, conf, context, batch_id):
         self.id, self.counts = batch_id, {}
-        self.values = ValueMap(redis.Redis.from_url(conf["redis.url"]), conf.get("count.key", "word-counts"),
+        self.values = ValueMap(connect(conf["redis.url"]), conf.get("count.key", "word-counts"),
                                opaque=True)
         # Words reach this task by fields grouping, so the task is a stable writer of its words:
         # a replay that lost a word resets what an earlier attempt of the txid wrote for it.
@@ -91,10 +93,10 @@ def main() -> int:
     opaque = "--transactional" not in sys.argv[1:]
     url, where = resolve_redis_url(None)
     print(f"Redis: {where}")
-    client = redis.Redis.from_url(url)
+    client = connect(url)
     streams = [f"example:words:{p}" for p in range(3)]
     name = "streams-wc-opaque" if opaque else "streams-wc"
-    client.delete(*streams, "word-counts", "word-counts:writers",
+    client.delete(*streams, "word-counts", same_slot("word-counts", ":writers"),
                   *client.keys(f"topology:{{{name}:ctl}}:*"))
     truth = fill(client, streams, 200)
     with LocalCluster(workers=2) as cluster:

@@ -48,11 +48,10 @@ def topology():
 
 
 def counts_in_state(url: str, topology_id: str, tasks: list[int]) -> dict[str, int]:
-    import redis
-
     from state import RedisKeyValueState
+    from state.connection import connect
 
-    client = redis.Redis.from_url(url)
+    client = connect(url)
     out: dict[str, int] = {}
     for t in tasks:
         for k, v in RedisKeyValueState(client, topology_id, t):
@@ -61,14 +60,13 @@ def counts_in_state(url: str, topology_id: str, tasks: list[int]) -> dict[str, i
 
 
 def main() -> int:
-    import redis
-
     from state import reset
+    from state.connection import connect
     from topology_runtime.control.redis_server import resolve_redis_url
 
     url, where = resolve_redis_url(None)
     print(f"Redis: {where}")
-    client = redis.Redis.from_url(url, decode_responses=True)
+    client = connect(url, decode_responses=True)
     client.delete(STREAM)
     reset("stateful-wordcount", url)
     truth = true_counts(load_sentences(client, 10000))

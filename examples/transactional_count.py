@@ -17,6 +17,7 @@ if __package__ in (None, ""):
 
 import redis  # noqa: E402
 
+from state.connection import connect  # noqa: E402
 from state.values import ValueMap  # noqa: E402
 from topology_runtime import LocalCluster  # noqa: E402
 from topology_runtime.transactional import (  # noqa: E402
@@ -34,7 +35,7 @@ def _client(url: str) -> redis.Redis:
     one batch, and a client per batch would open a new connection in every commit."""
     c = _CLIENTS.get(url)
     if c is None:
-        c = _CLIENTS[url] = redis.Redis.from_url(url)
+        c = _CLIENTS[url] = connect(url)
     return c
 
 
@@ -121,7 +122,7 @@ def main() -> int:
 
     url, where = resolve_redis_url(None)
     print(f"Redis: {where}")
-    client = redis.Redis.from_url(url)
+    client = connect(url)
     client.delete("global-count")
     with LocalCluster(workers=2) as cluster:
         status = cluster.run("global-count", global_count(DATA), {"redis.url": url, "topology.max.spout.pending": 3},

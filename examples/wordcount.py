@@ -21,6 +21,7 @@ import redis
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from state.connection import connect  # noqa: E402
 from topology_runtime import BasicBolt, Bolt, LocalCluster, TopologyBuilder  # noqa: E402
 from topology_runtime.connectors import RedisStreamSpout  # noqa: E402
 
@@ -55,7 +56,7 @@ class WordCount(Bolt):
         self.flush_every = flush_every
 
     def prepare(self, conf, context):
-        self.redis = redis.Redis.from_url(conf["redis.url"])
+        self.redis = connect(conf["redis.url"])
         self.delta: dict[str, int] = {}
         self.held = []
 
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     url, where = resolve_redis_url(args.redis)
     print(f"Redis: {where}")
-    client = redis.Redis.from_url(url, decode_responses=True)
+    client = connect(url, decode_responses=True)
     client.delete(STREAM, COUNTS, f"{STREAM}:dead")
     sentences = load_sentences(client, args.sentences)
     truth = true_counts(sentences)

@@ -17,6 +17,7 @@ from .checkpoint_state import (  # noqa: F401 - re-exported: the record's names
     CheckPointState,
 )
 from .layout import ctl_key
+from .replication import NO_WAIT, Replication, atomic
 
 
 def load_checkpoint(client: redis.Redis, topology_id: str) -> CheckPointState:
@@ -28,5 +29,12 @@ def load_checkpoint(client: redis.Redis, topology_id: str) -> CheckPointState:
     return CheckPointState(int(get["txid"]), get["state"])
 
 
-def save_checkpoint(client: redis.Redis, topology_id: str, cp: CheckPointState) -> None:
-    client.hset(ctl_key(topology_id, "checkpoint"), mapping={"txid": cp.txid, "state": cp.state})
+def save_checkpoint(client: redis.Redis, topology_id: str, cp: CheckPointState,
+                    replication: Replication = NO_WAIT) -> None:
+    """Record ``cp``; with ``replication``, only once enough replicas have it (WAIT), else
+    NotReplicated (a redis.RedisError) is raised."""
+    key = ctl_key(topology_id, "checkpoint")
+    if replication:
+        atomic(client, key, [("HSET", key, "txid", cp.txid, "state", cp.state)], replication)
+    else:
+        client.hset(key, mapping={"txid": cp.txid, "state": cp.state})

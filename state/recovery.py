@@ -17,6 +17,7 @@ from .checkpoint import COMMITTED, COMMITTING, PREPARING, CheckPointState, load_
 from .connection import connect
 from .layout import ctl_key, task_key, task_pattern
 from .redis_kv import COMMIT_SCRIPT, ROLLBACK_SCRIPT
+from .replication import NO_WAIT, Replication, atomic
 from .serializer import TOMBSTONE
 
 ACTIONS = ("auto", "rollback", "commit")
@@ -89,20 +90,22 @@ def _txids(client: redis.Redis, topology_id: str, task: str) -> tuple[int | None
     return d.get("commit"), d.get("prepare"), int(n)
 
 
-def recover(topology_id: str, redis_url: str, action: str = "auto", dry_run: bool = False) -> RecoveryReport:
+def recover(topology_id: str, redis_url: str, action: str = "auto", dry_run: bool = False,
+            replication: Replication = NO_WAIT) -> RecoveryReport:
     if action not in ACTIONS:
         raise ValueError(f"action must be one of {ACTIONS}, got {action!r}")
     client = connect(redis_url)
     if client.exists(ctl_key(topology_id, "lease")):
         raise RecoveryRefused(f"topology {topology_id!r} is live (its lease is held): stop it first "
                               f"(topology kill {topology_id}); a live run recovers by itself")
-    return recover_stopped(client, topology_id, action, dry_run)
+    return recover_stopped(client, topology_id, action, dry_run, replication)
 
 
 def recover_stopped(client: redis.Redis, topology_id: str, action: str = "auto",
-                    dry_run: bool = False) -> RecoveryReport:
+                    dry_run: bool = False, replication: Replication = NO_WAIT) -> RecoveryReport:
     """The same decision for a caller that knows no worker is running (a run's supervisor
-    between worker generations): no lease check."""
+    between worker generations): no lease check. With ``replication`` every write waits for
+    its replicas (state/replication.py)."""
     cp = load_checkpoint(client, topology_id)
     tasks = [TaskRecovery(t, comp, *_txids(client, topology_id, t)) for t, comp in _tasks(client, topology_id).items()]
     if action == "auto":
@@ -130,7 +133,11 @@ def recover_stopped(client: redis.Redis, topology_id: str, action: str = "auto",
         if decision == "commit" and x.prepared_txid == t:
             x.did = f"commit prepared txid {t} ({x.prepared_keys} keys)"
             x.committed_after = t
-            if not dry_run:
+            if dry_run:
+                pass
+            elif replication:
+                atomic(client, keys[2], [("EVAL", COMMIT_SCRIPT, 3, *keys, t, TOMBSTONE)], replication)
+            else:
                 commit(keys=keys, args=[t, TOMBSTONE])
         elif decision == "commit":
             x.did = f"already committed {t}"
@@ -139,7 +146,11 @@ def recover_stopped(client: redis.Redis, topology_id: str, action: str = "auto",
         ):
             # A prepared txid that no checkpoint decision covers is stale: roll it back too.
             x.did = f"roll back prepared txid {x.prepared_txid} ({x.prepared_keys} keys)"
-            if not dry_run:
+            if dry_run:
+                pass
+            elif replication:
+                atomic(client, keys[2], [("EVAL", ROLLBACK_SCRIPT, 2, *keys[1:])], replication)
+            else:
                 rollback(keys=keys[1:])
         else:
             x.did = "nothing prepared"
@@ -149,7 +160,7 @@ def recover_stopped(client: redis.Redis, topology_id: str, action: str = "auto",
     elif decision == "rollback" and cp.state == PREPARING:
         after = cp.next_state(recovering=True)
     if not dry_run and after != cp:
-        save_checkpoint(client, topology_id, after)
+        save_checkpoint(client, topology_id, after, replication)
     return RecoveryReport(topology_id, str(cp), action, decision, dry_run, str(after), tasks)
 
 

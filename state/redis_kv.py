@@ -4,7 +4,9 @@ Reads come from an in-memory view loaded once (lazily) and kept between checkpoi
 buffered. ``prepare_commit`` is one MULTI/EXEC round trip (buffered writes into the prepare
 hash plus the prepare txid), ``commit`` one script run (prepare hash merged into the state
 hash, tombstones deleted, commit txid recorded, prepare hash dropped), so a crash never leaves
-half a commit and prepared data survive until recovery decides.
+half a commit and prepared data survive until recovery decides. With ``replication``
+(``topology.state.redis.min.replicas``) each prepare, commit and rollback is acknowledged only
+once enough replicas have it (state/replication.py), else it raises NotReplicated.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import redis
 
 from .keyvalue import KeyValueState, StateError
 from .layout import task_key
+from .replication import NO_WAIT, Replication, atomic
 from .serializer import TOMBSTONE, dumps, loads
 
 # KEYS: state, prepare, txid. ARGV: txid, tombstone. Idempotent: re-running a finished commit is a no-op.
@@ -52,8 +55,10 @@ _PLAIN = frozenset((str, int, float, bool, bytes, type(None)))  # msgpack-able a
 
 
 class RedisKeyValueState(KeyValueState):
-    def __init__(self, client: redis.Redis, topology_id: str, task: int | str) -> None:
+    def __init__(self, client: redis.Redis, topology_id: str, task: int | str,
+                 replication: Replication = NO_WAIT) -> None:
         self.redis = client
+        self.replication = replication
         self.topology_id = topology_id
         self.task = task
         self.k_state = task_key(topology_id, task, "state")
@@ -123,25 +128,37 @@ class RedisKeyValueState(KeyValueState):
     def prepare_commit(self, txid: int) -> None:
         if txid <= self.committed_txid:
             raise StateError(f"task {self.task}: prepare_commit({txid}) but txid {self.committed_txid} is committed")
-        pipe = self.redis.pipeline(transaction=True)
-        if self._pending:
-            data = {dumps(k, "key", k): (TOMBSTONE if v is _DELETED else dumps(v, "value", k))
-                    for k, v in self._pending.items()}
-            pipe.hset(self.k_prepare, mapping=data)
-        pipe.hset(self.k_txid, "prepare", txid)
-        pipe.execute()
+        data = {dumps(k, "key", k): (TOMBSTONE if v is _DELETED else dumps(v, "value", k))
+                for k, v in self._pending.items()}
+        if self.replication:
+            commands = [("HSET", self.k_prepare, *(x for kv in data.items() for x in kv))] if data else []
+            atomic(self.redis, self.k_txid, [*commands, ("HSET", self.k_txid, "prepare", txid)], self.replication)
+        else:
+            pipe = self.redis.pipeline(transaction=True)
+            if data:
+                pipe.hset(self.k_prepare, mapping=data)
+            pipe.hset(self.k_txid, "prepare", txid)
+            pipe.execute()
         self._pending = {}
         self.prepared_txid = txid
 
     def commit(self, txid: int) -> None:
         if self.prepared_txid != txid and self.committed_txid != txid:
             raise StateError(f"task {self.task}: commit({txid}) but the prepared txid is {self.prepared_txid}")
-        self._commit(keys=[self.k_state, self.k_prepare, self.k_txid], args=[txid, TOMBSTONE])
+        keys = [self.k_state, self.k_prepare, self.k_txid]
+        if self.replication:
+            atomic(self.redis, self.k_txid, [("EVAL", COMMIT_SCRIPT, 3, *keys, txid, TOMBSTONE)], self.replication)
+        else:
+            self._commit(keys=keys, args=[txid, TOMBSTONE])
         self.committed_txid = txid
         self.prepared_txid = None
 
     def rollback(self) -> None:
-        self._rollback(keys=[self.k_prepare, self.k_txid])
+        if self.replication:
+            atomic(self.redis, self.k_txid, [("EVAL", ROLLBACK_SCRIPT, 2, self.k_prepare, self.k_txid)],
+                   self.replication)
+        else:
+            self._rollback(keys=[self.k_prepare, self.k_txid])
         self._pending = {}
         self._view = None  # back to the committed data, reloaded on next access
         self.prepared_txid = None

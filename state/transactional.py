@@ -12,7 +12,9 @@ transactional id), so a commit's MULTI runs on one node. Metadata values are sto
 
 A method that touches several records pipelines them, so each batch and each commit costs
 the round trips it did before the records had accessors (reads and writes are one each; the
-start-up scan and the WATCH/MULTI commit are what they must be). Never imports the runtime.
+start-up scan and the WATCH/MULTI commit are what they must be). With ``replication``
+(``topology.state.redis.min.replicas``) the current txid, each batch's metadata and each commit
+count only once enough replicas have them (state/replication.py). Never imports the runtime.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import redis
 
 from .connection import connect
 from .layout import tx_key
+from .replication import NO_WAIT, Replication, Session, atomic
 
 # decide(entries, committed) -> the committed entries to write, or None to refuse the commit
 OpaqueDecision = Callable[[dict[int, Any], dict[int, Any]], dict[int, Any] | None]
@@ -66,17 +69,18 @@ def _dumps(entries: dict[int, Any]) -> dict[str, str]:
 class TransactionalState:
     """The records of transactional id ``tx_id`` on ``client`` (decode_responses=True)."""
 
-    def __init__(self, client: redis.Redis, tx_id: str) -> None:
+    def __init__(self, client: redis.Redis, tx_id: str, replication: Replication = NO_WAIT) -> None:
         self.client = client
         self.tx_id = tx_id
+        self.replication = replication
         # keys used on every batch, formatted once
         self._current = current_key(tx_id)
         self._last = tx_key(tx_id, "last-meta")
         self._committed = tx_key(tx_id, "committed-meta")
 
     @classmethod
-    def from_url(cls, url: str, tx_id: str) -> TransactionalState:
-        return cls(connect(url, decode_responses=True), tx_id)
+    def from_url(cls, url: str, tx_id: str, replication: Replication = NO_WAIT) -> TransactionalState:
+        return cls(connect(url, decode_responses=True), tx_id, replication)
 
     def meta_key(self, txid: int) -> str:
         return tx_key(self.tx_id, f"meta:{txid}")
@@ -89,7 +93,10 @@ class TransactionalState:
         return parse_txid(self.client.get(self._current))
 
     def set_current_txid(self, txid: int) -> None:
-        self.client.set(self._current, txid)
+        if self.replication:
+            atomic(self.client, self._current, [("SET", self._current, txid)], self.replication)
+        else:
+            self.client.set(self._current, txid)
 
     # --- partitioned spouts: per-txid batch metadata -----------------------------------------
     def read_batch(self, txid: int, partitions: list[int]) -> tuple[int | None, list[tuple[bool, Any]]]:
@@ -112,7 +119,15 @@ class TransactionalState:
         """One MULTI: the new batches' metadata becomes ``meta:TXID`` and the partitions'
         ``last-meta``; with ``committed`` (the last committed txid) the metadata before it is
         deleted (Storm's cleanupBefore)."""
-        pipe = self.client.pipeline()
+        if self.replication:
+            flat = [x for kv in _dumps(metas).items() for x in kv]
+            commands = [("HSET", self.meta_key(txid), *flat), ("HSET", self._last, *flat)] if metas else []
+            if committed and committed > 1:
+                commands.append(("DEL", self.meta_key(committed - 1)))
+            if commands:
+                atomic(self.client, self._current, commands, self.replication)
+            return
+        pipe = self.client.pipeline(transaction=True)
         if metas:
             mapping = _dumps(metas)
             pipe.hset(self.meta_key(txid), mapping=mapping)
@@ -128,7 +143,11 @@ class TransactionalState:
     def commit(self, txid: int, current: int) -> None:
         """One MULTI: ``current`` becomes the current txid and committed ``txid``'s metadata goes
         (a committed batch never replays)."""
-        pipe = self.client.pipeline()
+        if self.replication:
+            atomic(self.client, self._current, [("SET", self._current, current), ("DEL", self.meta_key(txid))],
+                   self.replication)
+            return
+        pipe = self.client.pipeline(transaction=True)
         pipe.set(self._current, current)
         pipe.delete(self.meta_key(txid))
         pipe.execute()
@@ -162,27 +181,60 @@ class TransactionalState:
 
     def commit_opaque(self, txid: int, decide: OpaqueDecision) -> bool:
         """Atomically: ``decide(entries of txid, committed entries)`` says what becomes committed
-        and the current txid moves to ``txid + 1``, in one MULTI watched on both records, so a
+        and the current txid moves to ``txid + 1``, in one MULTI watched on the records, so a
         SIGKILL anywhere leaves either both or neither. False (nothing written) when ``decide``
-        returns None."""
+        returns None. True without deciding when ``txid`` is committed already (a commit whose
+        reply or WAIT was lost, replayed)."""
+        if self.replication:
+            return self._commit_opaque_replicated(txid, decide)
         key_o = self.ometa_key(txid)
-        with self.client.pipeline() as pipe:
+        with self.client.pipeline(transaction=True) as pipe:
             while True:
                 try:
-                    pipe.watch(key_o, self._committed)
+                    pipe.watch(key_o, self._committed, self._current)
+                    if (parse_txid(pipe.get(self._current)) or 1) > txid:
+                        pipe.unwatch()
+                        return True
                     new = decide(_loads(pipe.hgetall(key_o)), _loads(pipe.hgetall(self._committed)))
                     if new is None:
                         pipe.unwatch()
                         return False
                     pipe.multi()
-                    if new:
-                        pipe.hset(self._committed, mapping=_dumps(new))
-                    pipe.set(self._current, txid + 1)
-                    pipe.delete(key_o)
+                    for cmd in self._opaque_commands(txid, new):
+                        pipe.execute_command(*cmd)
                     pipe.execute()
                     return True
                 except redis.WatchError:
                     continue  # a record changed between the reads and the MULTI: decide again
+
+    def _opaque_commands(self, txid: int, new: dict[int, Any]) -> list[tuple]:
+        flat = [x for kv in _dumps(new).items() for x in kv]
+        return [*([("HSET", self._committed, *flat)] if new else []), ("SET", self._current, txid + 1),
+                ("DEL", self.ometa_key(txid))]
+
+    def _commit_opaque_replicated(self, txid: int, decide: OpaqueDecision, retries: int = 1) -> bool:
+        """``commit_opaque`` on one held connection, WATCH to WAIT (state/replication.py)."""
+        key_o = self.ometa_key(txid)
+        for attempt in range(retries + 1):
+            try:
+                with Session(self.client, self._current) as s:
+                    while True:
+                        s.call("WATCH", key_o, self._committed, self._current)
+                        current = parse_txid(s.call("GET", self._current)) or 1
+                        if current > txid:  # committed already: make sure the replicas have it
+                            s.call("UNWATCH")
+                            s.commit([("SET", self._current, current)], self.replication)
+                            return True
+                        new = decide(_loads(s.call("HGETALL", key_o)), _loads(s.call("HGETALL", self._committed)))
+                        if new is None:
+                            s.call("UNWATCH")
+                            return False
+                        if s.commit(self._opaque_commands(txid, new), self.replication) is not None:
+                            return True
+            except redis.ConnectionError:
+                if attempt == retries:
+                    raise
+        raise AssertionError("unreachable")
 
     # --- leftovers ---------------------------------------------------------------------------
     def scan_metas(self) -> Iterator[tuple[str, int, str]]:

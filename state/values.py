@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 import msgpack
 import redis
 
+from .layout import same_slot
 from .serializer import dumps, loads
 
 
@@ -176,9 +177,9 @@ class ValueMap:
         keys of its previous update of the same txid that this update lacks are reset to their
         ``prev``. Sound when a key always goes to the same writer (fields grouping)."""
         fields = {k: dumps(k, "key", k) for k in updates}
-        wkey = f"{self.key}:writers"
+        wkey = same_slot(self.key, ":writers")  # WATCHed with the key: one hash slot
         track = self.opaque and writer is not None
-        with self.redis.pipeline() as pipe:
+        with self.redis.pipeline(transaction=True) as pipe:
             while True:
                 try:
                     pipe.watch(*([self.key, wkey] if track else [self.key]))

@@ -29,6 +29,7 @@ os.environ.setdefault("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "hos
 os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
 
 from airflow_live import airflow_db, airflow_live  # noqa: E402, F401  (session Airflow DB + live Airflow)
+from redis_clusters import cluster_url, redis_cluster, redis_sentinel, sentinel_url  # noqa: E402, F401  (Cluster, Sentinel)
 
 from topology_runtime.control.redis_server import RedisServer  # noqa: E402
 

@@ -19,7 +19,7 @@ import json
 import os
 import time
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 import redis
 from airflow.api_fastapi.app import get_auth_manager
@@ -30,6 +30,7 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from state.connection import redacted
 from state.layout import REGISTRY, ctl_key
 from state.transactional import current_key, parse_txid
 from topology_runtime.control.control_plane import ControlPlane, RunRecord
@@ -62,9 +63,8 @@ def _control() -> ControlPlane:
 
 
 def _where(url: str) -> str:
-    """The Redis address for messages, without credentials."""
-    parts = urlsplit(url)
-    return f"{parts.hostname}:{parts.port or 6379}{parts.path or ''}"
+    """The Redis address for messages, without its password (any URL form, several hosts)."""
+    return redacted(url)
 
 
 def _totals(components: dict[str, dict]) -> dict[str, int]:

@@ -1,6 +1,7 @@
 """TopologyTrigger: follows a detached topology run in the triggerer, without a worker slot.
 
-It polls the run registry in Redis with ``redis.asyncio`` (never blocking the triggerer's event
+It polls the run registry in Redis with ``redis.asyncio`` (``state.connection.connect_async``:
+every URL form, Sentinel and Cluster included; never blocking the triggerer's event
 loop on the network) until the run this submission started reaches a final state, and fires
 one event with that state. While it waits it copies the driver's progress lines into the task
 log when the driver log file is on this machine. Lives in the plugins package: the triggerer
@@ -20,6 +21,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from state.connection import connect_async
 from state.layout import ctl_key
 from topology_runtime.api.status import FINAL_STATES
 
@@ -79,7 +81,7 @@ class TopologyTrigger(BaseTrigger):
         return TriggerEvent({"name": self.name, "state": state, "error": error, "log_file": self.log_file})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        client = aioredis.Redis.from_url(self.redis_url, decode_responses=True, socket_timeout=10)
+        client = connect_async(self.redis_url, decode_responses=True, socket_timeout=10)
         offset = 0
         last_state: str | None = None
         gone = 0

@@ -42,6 +42,11 @@ DEFAULTS: dict[str, Any] = {
     "topology.restart.backoff.multiplier": 2.0,
     "topology.restart.backoff.reset.secs": 60.0,
     "topology.state.exactly.once": False,
+    # A state commit in Redis (checkpoint record, task state, transactional txid and batch
+    # metadata) counts only once this many replicas acknowledged it (WAIT, at most
+    # wait.timeout.ms); None or 0: no wait. docs/redis.md.
+    "topology.state.redis.min.replicas": None,
+    "topology.state.redis.wait.timeout.ms": 2000,
     "topology.stats.interval.secs": 1.0,
     "topology.transactional.progress.secs": 10.0,  # the coordinator's progress line; None: off
 }
@@ -178,6 +183,10 @@ def resolve_config(conf: Mapping[str, Any] | None, workers: int | None = None) -
     out[k] = _positive_number(k, out[k])
     k = "topology.max.spout.pending"
     out[k] = _positive_number(k, out[k], allow_none=True, integer=True)
+    k = "topology.state.redis.min.replicas"
+    out[k] = _positive_number(k, out[k], allow_none=True, integer=True, zero=True)
+    k = "topology.state.redis.wait.timeout.ms"
+    out[k] = _positive_number(k, out[k], integer=True)
     for k in ("topology.enable.message.timeouts", "topology.debug", "topology.state.exactly.once"):
         out[k] = _bool(k, out[k])
     for k in ("topology.tick.tuple.freq.secs", "topology.transactional.progress.secs"):
@@ -213,6 +222,14 @@ def redis_url(conf: Mapping[str, Any], explicit: str | None = None, *, needed_fo
         raise ConfigError(f"{needed_for} needs Redis and no URL is set: pass url=..., set the config key "
                           f"redis.url or topology.state.provider.config {{'url': 'redis://...'}}")
     return str(url)
+
+
+def state_replication(conf: Mapping[str, Any]) -> tuple[int, int]:
+    """``(replicas, timeout_ms)``: how many replicas must acknowledge a state commit (0: none)
+    and how long its WAIT may block (``topology.state.redis.min.replicas`` and
+    ``topology.state.redis.wait.timeout.ms``); for ``state.replication.Replication``."""
+    timeout = conf.get("topology.state.redis.wait.timeout.ms") or DEFAULTS["topology.state.redis.wait.timeout.ms"]
+    return int(conf.get("topology.state.redis.min.replicas") or 0), int(timeout)
 
 
 def state_redis_url(conf: Mapping[str, Any], needed_for: str = "topology.state.provider 'redis'") -> str:

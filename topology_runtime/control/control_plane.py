@@ -1,7 +1,8 @@
 """The control plane in Redis: run registry, lease, status/metrics/heartbeats, kill requests.
 
 Key layout (docs/operations.md): every control record of topology ``ID`` shares the Redis
-Cluster hash tag ``{ID:ctl}``; the registry of run names is ``topology:runs``.
+Cluster hash tag ``{ID:ctl}``, so each MULTI and script here stays in one slot; the registry of
+run names, ``topology:runs``, is written on its own (docs/redis.md).
 
     topology:runs                  zset   run id -> last start time
     topology:{ID:ctl}:run          hash   launcher, master, workers, driver host/pid, started, state, log
@@ -153,12 +154,15 @@ class ControlPlane:
             **{k: os.environ[v] for k, v in _AIRFLOW_CTX.items() if os.environ.get(v)},
             **{k: v for k, v in info.items() if v is not None},
         }
-        pipe = r.pipeline()
+        pipe = r.pipeline(transaction=True)
         pipe.delete(ctl_key(topology_id, "run"), ctl_key(topology_id, "kill"), ctl_key(topology_id, "status"),
                     ctl_key(topology_id, "history"))  # a new run's counters start at 0: a fresh chart
         pipe.hset(ctl_key(topology_id, "run"), mapping={k: str(v) for k, v in record.items()})
-        pipe.zadd(REGISTRY, {topology_id: time.time()})
         pipe.execute()
+        # The registry is not in the run's hash slot (a MULTI may not span two on a Redis
+        # Cluster): added after the records, so a listed name always has them (list() drops
+        # names whose records expired).
+        r.zadd(REGISTRY, {topology_id: time.time()})
         return token
 
     def renew(self, topology_id: str, token: int) -> None:
@@ -172,7 +176,7 @@ class ControlPlane:
         d = status.to_dict()
         d["workers"] = workers or {}
         d["updated"] = time.time()
-        pipe = self.redis.pipeline()
+        pipe = self.redis.pipeline(transaction=True)
         pipe.set(ctl_key(topology_id, "status"), json.dumps(d))
         fields = {"state": status.state, **{k: str(v) for k, v in info.items() if v is not None}}
         pipe.hset(ctl_key(topology_id, "run"), mapping=fields)
@@ -186,7 +190,7 @@ class ControlPlane:
 
     def finish(self, topology_id: str, token: int, status: RunStatus, workers: dict | None = None) -> None:
         self.publish(topology_id, status, workers, ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-        pipe = self.redis.pipeline()
+        pipe = self.redis.pipeline(transaction=True)
         for name in ("run", "status", "token", "epoch", "history"):
             pipe.expire(ctl_key(topology_id, name), RECORD_TTL_SECS)
         pipe.delete(ctl_key(topology_id, "kill"))
@@ -205,7 +209,7 @@ class ControlPlane:
         return bool(self.redis.exists(ctl_key(topology_id, "lease")))
 
     def get(self, topology_id: str) -> RunRecord | None:
-        pipe = self.redis.pipeline()
+        pipe = self.redis.pipeline(transaction=True)
         pipe.hgetall(ctl_key(topology_id, "run"))
         pipe.get(ctl_key(topology_id, "status"))
         pipe.exists(ctl_key(topology_id, "lease"))

@@ -22,6 +22,8 @@ import socket
 import sys
 import threading
 
+from state.connection import redacted
+
 from ..api.builder import TopologyError
 from ..api.config import ConfigError, coerce_cli_value, resolve_config
 from ..api.status import FAILED
@@ -107,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     lost = threading.Event()
     keeper = LeaseKeeper(control, args.name, token, lost.set)
     log.info("run %s: plan %s", args.name, plan.describe())
-    log.info("Redis control plane: %s", args.redis.split("@")[-1])
+    log.info("Redis control plane: %s", redacted(args.redis))
 
     from pyspark.sql import SparkSession
 

@@ -17,8 +17,9 @@ import redis
 from state.checkpoint import load_checkpoint, save_checkpoint
 from state.connection import connect
 from state.recovery import recover_stopped
+from state.replication import Replication
 
-from ..api.config import state_redis_url
+from ..api.config import state_redis_url, state_replication
 from ..plan.planner import Plan
 from ..reliability.checkpoint_coordinator import CheckpointAction, CheckpointCoordinator
 from ..transport.messages import Control
@@ -38,6 +39,7 @@ class ExactlyOnceCheckpoints:
                  on_redis_lost: Callable[[], None]) -> None:
         self.name = name
         self.redis = connect(state_redis_url(plan.conf, needed_for="topology.state.exactly.once"))
+        self.replication = Replication(*state_replication(plan.conf))  # records wait for replicas (WAIT)
         self.coordinator = CheckpointCoordinator(
             spout_tasks=(t for c in plan.topology.spouts for t in plan.component_tasks[c.id]),
             workers=range(plan.workers),
@@ -61,7 +63,7 @@ class ExactlyOnceCheckpoints:
         one, finish a COMMITTING one) so that restarted tasks start from one committed cut."""
         for attempt in range(RECOVERY_ATTEMPTS):
             try:
-                report = recover_stopped(self.redis, self.name)
+                report = recover_stopped(self.redis, self.name, replication=self.replication)
                 committed = load_checkpoint(self.redis, self.name).txid
                 break
             except redis.RedisError as e:
@@ -94,7 +96,8 @@ class ExactlyOnceCheckpoints:
         if action is None:
             return
         try:
-            save_checkpoint(self.redis, self.name, action.record)  # the record first, then the message
+            # the record first (on enough replicas), then the message
+            save_checkpoint(self.redis, self.name, action.record, self.replication)
         except redis.RedisError as e:
             log.warning("run %s: checkpoint coordination lost Redis (%s); rolling back", self.name, e)
             self.coordinator.abandon(unsaved=action)

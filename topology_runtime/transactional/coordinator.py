@@ -133,15 +133,25 @@ class CoordinatorSpout(Spout):
         tx = self.machine.active.get(a.txid)
         if tx is not None and tx.attempt == a and tx.status == COMMITTING:
             maybe_crash("tx-commit", a.txid)  # committers wrote their state; nothing recorded yet
-            if self.opaque and not self._commit_opaque(a):
+            # Recorded before the machine moves on: a commit Redis did not take (or, with
+            # topology.state.redis.min.replicas, too few replicas acknowledged) replays the batch.
+            try:
+                if self.opaque:
+                    committed = self._commit_opaque(a)
+                else:  # the current txid moves on, and a committed batch never replays
+                    self.state.commit(a.txid, a.txid + 1)
+                    committed = True
+            except Exception as e:  # noqa: BLE001 - Redis lost, NotReplicated: not committed
+                log.warning("commit of batch %s not recorded (%s: %s): replaying it", a, type(e).__name__, e)
+                self._emit(self.machine.fail(a))
+                return
+            if not committed:
                 log.warning("batch %s continued after a stale attempt of the batch before: replaying it", a)
                 self._emit(self.machine.fail(a))
                 return
         before = self.machine.current_txid
         processed = tx is not None and tx.attempt == a and tx.status == PROCESSING
         out = self.machine.ack(a)
-        if self.machine.current_txid != before and not self.opaque:  # a commit completed: persist
-            self.state.commit(a.txid, self.machine.current_txid)  # and a committed batch never replays
         if processed:
             self.progress.batch_processed(a.txid, time.monotonic())
         elif self.machine.current_txid != before:

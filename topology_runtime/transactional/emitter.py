@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from state.replication import Replication
 from state.transactional import TransactionalState
 
-from ..api.config import state_redis_url
+from ..api.config import state_redis_url, state_replication
 from ..reliability.transactional import TransactionAttempt, opaque_last_meta
 from .spouts import is_opaque
 
@@ -24,7 +25,8 @@ def open_state(conf: dict, context: Any, tx_id: str | None) -> TransactionalStat
     """The records of this topology's transactional id (``tx_id``, else the
     ``topology.transactional.id`` config, else the topology id), in the run's Redis."""
     tx_id = tx_id or conf.get("topology.transactional.id") or context.topology_id
-    return TransactionalState.from_url(state_redis_url(conf, needed_for=NEEDS_REDIS), tx_id)
+    return TransactionalState.from_url(state_redis_url(conf, needed_for=NEEDS_REDIS), tx_id,
+                                       Replication(*state_replication(conf)))
 
 
 class TransactionalEmitter:

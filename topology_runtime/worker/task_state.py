@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..api.config import state_redis_url
+from ..api.config import state_redis_url, state_replication
 from .checkpoint_spout import CheckpointSpout
 
 
@@ -16,6 +16,15 @@ class TaskStateProvider:
         self.topology_id = topology_id
         self.component_tasks = component_tasks
         self._redis = None
+        self._replication = None
+
+    def replication(self):
+        """How many replicas a state commit waits for (topology.state.redis.min.replicas)."""
+        if self._replication is None:
+            from state.replication import Replication
+
+            self._replication = Replication(*state_replication(self.conf))
+        return self._replication
 
     def redis(self):
         if self._redis is None:
@@ -34,13 +43,13 @@ class TaskStateProvider:
             return InMemoryKeyValueState()
         client = self.redis()
         register_namespaces(client, self.topology_id, component, self.component_tasks[component])
-        return RedisKeyValueState(client, self.topology_id, task)
+        return RedisKeyValueState(client, self.topology_id, task, self.replication())
 
     def spout_position(self, task: int):
         """Exactly-once: where a spout task's committed snapshot lives, and the snapshot (or None)."""
         from state import RedisKeyValueState
 
-        st = RedisKeyValueState(self.redis(), self.topology_id, task)
+        st = RedisKeyValueState(self.redis(), self.topology_id, task, self.replication())
         return st, st.get("__snapshot")
 
     def checkpoint_spout(self) -> CheckpointSpout:
@@ -49,8 +58,8 @@ class TaskStateProvider:
         interval = float(self.conf["topology.state.checkpoint.interval.ms"])
         if self.conf["topology.state.provider"] == "redis":
             client = self.redis()
-            tid = self.topology_id
-            return CheckpointSpout(lambda: load_checkpoint(client, tid), lambda cp: save_checkpoint(client, tid, cp),
-                                   interval)
+            tid, rep = self.topology_id, self.replication()
+            return CheckpointSpout(lambda: load_checkpoint(client, tid),
+                                   lambda cp: save_checkpoint(client, tid, cp, rep), interval)
         box = [INITIAL]
         return CheckpointSpout(lambda: box[0], lambda cp: box.__setitem__(0, cp), interval)
