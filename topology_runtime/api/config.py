@@ -30,6 +30,7 @@ DEFAULTS: dict[str, Any] = {
     "topology.transfer.batch.size": 1000,
     "topology.transfer.buffer.size": 64,
     "topology.executor.receive.buffer.size": 1024,
+    "topology.transfer.max.message.bytes": 256 << 20,  # a batch between workers; larger ones are refused
     "topology.sleep.spout.wait.strategy.time.ms": 1,
     "topology.max.error.report.per.interval": 5,
     # This project's own keys.
@@ -199,7 +200,8 @@ def resolve_config(conf: Mapping[str, Any] | None, workers: int | None = None) -
     if out[k] < 1:
         raise ConfigError(f"config key {k!r}: expected a number >= 1, got {out[k]!r}")
     for k in ("topology.transfer.batch.size", "topology.transfer.buffer.size",
-              "topology.executor.receive.buffer.size", "topology.max.restarts"):
+              "topology.executor.receive.buffer.size", "topology.max.restarts",
+              "topology.transfer.max.message.bytes"):
         out[k] = _positive_number(k, out[k], integer=True, zero=(k == "topology.max.restarts"))
     if out["topology.state.exactly.once"] and out["topology.state.provider"] != "redis":
         raise ConfigError("config key 'topology.state.exactly.once' needs topology.state.provider 'redis' "

@@ -54,6 +54,7 @@ class WorkerSlot:
     extra: dict = field(default_factory=dict)
     hello: dict = field(default_factory=dict)
     min_incarnation: int = 0  # messages of older (dead) incarnations are ignored
+    identity: bytes | None = None  # the connection its authenticated hello came from
 
 
 def _add_task_stats(into: dict, task: int, s: dict) -> None:
@@ -227,8 +228,15 @@ class RunSupervisor:
                 got = self.control.recv()
                 if got is None:
                     break
+                identity, sender, epoch, msg = got
+                if msg.get("w") != sender:
+                    continue  # authentic, but not its own index: ignore
+                msg["inc"] = epoch  # the incarnation the MAC vouches for
                 with self.lock:
-                    self._on_message(got[0], got[1])
+                    try:
+                        self._on_message(identity, msg)
+                    except Exception:  # noqa: BLE001 - one bad message must not stop the supervisor
+                        log.exception("run %s: control message %.200r could not be handled", self.name, msg)
         with self.lock:
             now = time.monotonic()
             if self.state == RUNNING and self._stop_reason is None and now - self._probe_at >= PROBE_INTERVAL:
@@ -251,8 +259,8 @@ class RunSupervisor:
 
     # --- internals (lock held) --------------------------------------------------------------------
     def _send(self, slot: WorkerSlot, msg: dict) -> None:
-        if slot.incarnation >= 0:
-            self.control.send(f"w{slot.index}".encode(), msg)
+        if slot.identity is not None and slot.address:
+            self.control.send(slot.identity, slot.address, msg)
 
     def _send_all(self, msg: dict) -> None:
         for slot in self.slots.values():
@@ -271,6 +279,9 @@ class RunSupervisor:
         if inc < slot.min_incarnation:
             return  # from an incarnation that already died
         if t == Control.HELLO:
+            if inc < slot.incarnation:
+                return  # an older incarnation's hello, late or replayed
+            slot.identity = identity  # its connection: the only one control messages go to
             if inc != slot.incarnation:
                 if slot.incarnation >= 0:
                     self._retire(slot)

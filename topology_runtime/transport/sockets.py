@@ -1,15 +1,23 @@
 """Batched, authenticated messages between processes over pyzmq; msgpack payloads.
 
-Knows nothing of topologies. Every message carries a keyed BLAKE2b MAC of its payload under a
-per-run secret; a message that fails the check is dropped and counted, never decoded. Payloads
-are msgpack only: nothing from the network is ever unpickled.
+Knows nothing of topologies. Every message is three frames: a keyed BLAKE2b MAC, a header
+(sender, epoch, sequence number) and the payload. The MAC covers the header, the payload and
+the address of the process it is meant for, under a per-run secret. A receiver drops (and
+counts), never decodes: a message that fails the MAC, has the wrong shape, or does not come
+after what it already took from that sender ((epoch, seq) must grow: a replayed message is
+refused, and one captured for an earlier incarnation of a process fails the MAC of the new one,
+which binds a new address). Every socket caps the size of what it accepts. Payloads are msgpack
+only: nothing from the network is ever unpickled.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import itertools
 import logging
+import secrets
+import struct
 from collections import deque
 from typing import Any
 
@@ -19,10 +27,17 @@ import zmq
 log = logging.getLogger(__name__)
 
 _MAC_SIZE = 16
+_HEADER = struct.Struct("!IQQ")  # sender, epoch, seq
+SUPERVISOR = 0xFFFFFFFF  # the sender id of the supervisor's control messages
+CONTROL_MAX_BYTES = 16 << 20  # a control message: stats, errors with tracebacks, a peer table
+DATA_MAX_BYTES = 256 << 20  # default cap of one batch between workers
 
 
-def _mac(secret: bytes, payload: bytes) -> bytes:
-    return hashlib.blake2b(payload, key=secret, digest_size=_MAC_SIZE).digest()
+def _mac(secret: bytes, dest: bytes, header: bytes, payload: bytes) -> bytes:
+    h = hashlib.blake2b(dest, key=secret, digest_size=_MAC_SIZE)
+    h.update(header)
+    h.update(payload)
+    return h.digest()
 
 
 def pack(obj: Any) -> bytes:
@@ -33,6 +48,41 @@ def unpack(raw: bytes) -> Any:
     return msgpack.unpackb(raw, raw=False, strict_map_key=False)
 
 
+class _Sender:
+    """Headers of one sender: its id, its epoch (incarnation), a growing sequence number."""
+
+    def __init__(self, sender: int, epoch: int) -> None:
+        self.sender, self.epoch = sender, epoch
+        self._seq = itertools.count(1)
+
+    def header(self) -> bytes:
+        return _HEADER.pack(self.sender, self.epoch, next(self._seq))
+
+
+class _Receiver:
+    """Checks what arrives for ``dest``: MAC, shape, and (epoch, seq) growing per sender."""
+
+    def __init__(self, secret: bytes, dest: str, what: str) -> None:
+        self.secret, self.dest, self.what = secret, dest.encode(), what
+        self.last: dict[int, tuple[int, int]] = {}
+        self.rejected = 0
+
+    def check(self, frames: list) -> tuple[int, int, bytes] | None:
+        """(sender, epoch, payload) of an authentic, new message; None (counted) otherwise."""
+        if len(frames) == 3 and len(frames[1]) == _HEADER.size:
+            mac, header, payload = frames
+            if hmac.compare_digest(mac, _mac(self.secret, self.dest, header, payload)):
+                sender, epoch, seq = _HEADER.unpack(header)
+                if (epoch, seq) > self.last.get(sender, (-1, 0)):
+                    self.last[sender] = (epoch, seq)
+                    return sender, epoch, payload
+        self.rejected += 1
+        if self.rejected in (1, 10, 100) or self.rejected % 1000 == 0:
+            log.warning("%s: dropped %d message(s) that failed authentication or were replayed",
+                        self.what, self.rejected)
+        return None
+
+
 class DataTransport:
     """One inbound PULL socket per process, one outbound PUSH socket per peer.
 
@@ -40,18 +90,28 @@ class DataTransport:
     that ``flush`` retries; callers use ``backlogged`` to stop producing new work.
     """
 
-    def __init__(self, secret: bytes, send_hwm: int = 64, recv_hwm: int = 1024, host: str = "127.0.0.1") -> None:
+    def __init__(self, secret: bytes, send_hwm: int = 64, recv_hwm: int = 1024, host: str = "127.0.0.1",
+                 sender: int = 0, epoch: int = 0, max_bytes: int = DATA_MAX_BYTES) -> None:
         self.secret = secret
         self.ctx = zmq.Context()
         self.host = host
         self.send_hwm = send_hwm
+        self.max_bytes = max_bytes
         self.pull = self.ctx.socket(zmq.PULL)
         self.pull.setsockopt(zmq.RCVHWM, recv_hwm)
         self.pull.setsockopt(zmq.LINGER, 0)
+        self.pull.setsockopt(zmq.MAXMSGSIZE, max_bytes)  # larger: the sender is disconnected
         self.peers: dict[int, zmq.Socket] = {}
+        self.peer_dest: dict[int, bytes] = {}
         self.backlog: dict[int, deque] = {}
-        self.rejected = 0
+        self._sender = _Sender(sender, epoch)
+        self._receiver: _Receiver | None = None
+        self.oversized = 0
         self.address = ""
+
+    @property
+    def rejected(self) -> int:
+        return self._receiver.rejected if self._receiver is not None else 0
 
     def bind(self, port: int = 0) -> str:
         if port:
@@ -59,6 +119,7 @@ class DataTransport:
         else:
             port = self.pull.bind_to_random_port(f"tcp://{self.host}")
         self.address = f"tcp://{self.host}:{port}"
+        self._receiver = _Receiver(self.secret, self.address, "data")
         return self.address
 
     def connect(self, peer: int, address: str) -> None:
@@ -70,11 +131,19 @@ class DataTransport:
         s.setsockopt(zmq.LINGER, 0)
         s.connect(address)
         self.peers[peer] = s
+        self.peer_dest[peer] = address.encode()
         self.backlog[peer] = deque()
 
     def send(self, peer: int, payload: bytes) -> None:
+        if len(payload) > self.max_bytes:  # the peer would drop the connection: say why here
+            self.oversized += 1
+            log.error("a batch of %d bytes for worker %d is over the %d-byte cap; dropped (its tuples time "
+                      "out and replay). Emit smaller tuples or raise topology.transfer.max.message.bytes",
+                      len(payload), peer, self.max_bytes)
+            return
         q = self.backlog[peer]
-        q.append((_mac(self.secret, payload), payload))
+        header = self._sender.header()
+        q.append((_mac(self.secret, self.peer_dest[peer], header, payload), header, payload))
         if len(q) == 1:
             self._flush_peer(peer, q)
 
@@ -97,21 +166,15 @@ class DataTransport:
 
     def recv_payloads(self, limit: int) -> list[bytes]:
         out = []
-        pull = self.pull
+        pull, check = self.pull, self._receiver.check
         for _ in range(limit):
             try:
-                mac, payload = pull.recv_multipart(flags=zmq.NOBLOCK)
+                frames = pull.recv_multipart(flags=zmq.NOBLOCK)
             except zmq.Again:
                 break
-            except ValueError:  # wrong frame count: not one of ours
-                self.rejected += 1
-                continue
-            if not hmac.compare_digest(mac, _mac(self.secret, payload)):
-                self.rejected += 1
-                if self.rejected in (1, 10, 100) or self.rejected % 1000 == 0:
-                    log.warning("dropped %d message(s) that failed authentication", self.rejected)
-                continue
-            out.append(payload)
+            got = check(frames)
+            if got is not None:
+                out.append(got[2])
         return out
 
     def close(self) -> None:
@@ -122,34 +185,54 @@ class DataTransport:
 
 
 class ControlServer:
-    """The run's control endpoint (the supervisor's side): a ROUTER that workers' DEALERs connect to."""
+    """The run's control endpoint (the supervisor's side): a ROUTER that workers' DEALERs connect
+    to. Identities are the ROUTER's own (random per connection): a worker is known by the identity
+    its authenticated hello came from, so a client cannot take a worker's place by naming itself."""
 
     def __init__(self, secret: bytes, host: str = "127.0.0.1") -> None:
         self.secret = secret
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a restarted worker reclaims its identity
+        self.sock.setsockopt(zmq.MAXMSGSIZE, CONTROL_MAX_BYTES)
         port = self.sock.bind_to_random_port(f"tcp://{host}")
         self.address = f"tcp://{host}:{port}"
+        self._receiver = _Receiver(secret, self.address, "control")
+        self._sender = _Sender(SUPERVISOR, secrets.randbits(63))
+
+    @property
+    def rejected(self) -> int:
+        return self._receiver.rejected
 
     def poll(self, timeout_ms: int) -> bool:
         return bool(self.sock.poll(timeout_ms, zmq.POLLIN))
 
-    def recv(self) -> tuple[bytes, dict] | None:
-        try:
-            frames = self.sock.recv_multipart(flags=zmq.NOBLOCK)
-        except zmq.Again:
-            return None
-        if len(frames) != 3 or not hmac.compare_digest(frames[1], _mac(self.secret, frames[2])):
-            log.warning("control: dropped a message that failed authentication")
-            return self.recv()
-        return frames[0], unpack(frames[2])
+    def recv(self) -> tuple[bytes, int, int, dict] | None:
+        """(identity, sender, epoch, message) of the next authentic message; None when none is
+        waiting. Junk is dropped in a loop (never by recursion: a flood must not overflow)."""
+        while True:
+            try:
+                frames = self.sock.recv_multipart(flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return None
+            got = self._receiver.check(frames[1:]) if len(frames) == 4 else self._receiver.check([])
+            if got is None:
+                continue
+            try:
+                msg = unpack(got[2])
+            except Exception:  # noqa: BLE001 - authentic but undecodable: a bug, not an attack
+                log.warning("control: dropped an authenticated message that is not msgpack")
+                continue
+            if isinstance(msg, dict):
+                return frames[0], got[0], got[1], msg
 
-    def send(self, identity: bytes, msg: dict) -> None:
+    def send(self, identity: bytes, dest: str, msg: dict) -> None:
+        """To the worker connected as ``identity`` whose data address is ``dest``."""
         payload = pack(msg)
+        header = self._sender.header()
         try:
-            self.sock.send_multipart([identity, _mac(self.secret, payload), payload], flags=zmq.NOBLOCK)
+            self.sock.send_multipart([identity, _mac(self.secret, dest.encode(), header, payload), header, payload],
+                                     flags=zmq.NOBLOCK)
         except (zmq.Again, zmq.ZMQError):
             pass  # the worker is gone; the launcher notices that separately
 
@@ -159,19 +242,25 @@ class ControlServer:
 
 
 class ControlClient:
-    """A worker's connection to the control endpoint."""
+    """A worker's connection to the control endpoint. ``me`` is the worker's data address: what
+    the supervisor's messages to this incarnation are bound to."""
 
-    def __init__(self, ctx: zmq.Context, secret: bytes, address: str, identity: bytes) -> None:
+    def __init__(self, ctx: zmq.Context, secret: bytes, address: str, me: str, sender: int, epoch: int) -> None:
         self.secret = secret
+        self.server = address.encode()
         self.sock = ctx.socket(zmq.DEALER)
-        self.sock.setsockopt(zmq.IDENTITY, identity)
         self.sock.setsockopt(zmq.LINGER, 2000)
+        self.sock.setsockopt(zmq.MAXMSGSIZE, CONTROL_MAX_BYTES)
         self.sock.connect(address)
+        self._sender = _Sender(sender, epoch)
+        self._receiver = _Receiver(secret, me, "control")
 
     def send(self, msg: dict) -> None:
         payload = pack(msg)
+        header = self._sender.header()
         try:
-            self.sock.send_multipart([_mac(self.secret, payload), payload], flags=zmq.NOBLOCK)
+            self.sock.send_multipart([_mac(self.secret, self.server, header, payload), header, payload],
+                                     flags=zmq.NOBLOCK)
         except zmq.Again:
             pass
 
@@ -182,8 +271,11 @@ class ControlClient:
                 frames = self.sock.recv_multipart(flags=zmq.NOBLOCK)
             except zmq.Again:
                 return out
-            if len(frames) == 2 and hmac.compare_digest(frames[0], _mac(self.secret, frames[1])):
-                out.append(unpack(frames[1]))
+            got = self._receiver.check(frames)
+            if got is not None and got[0] == SUPERVISOR:
+                msg = unpack(got[2])
+                if isinstance(msg, dict):
+                    out.append(msg)
 
     def close(self) -> None:
         self.sock.close()

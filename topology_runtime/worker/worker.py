@@ -114,10 +114,13 @@ class Worker:
             send_hwm=int(self.conf["topology.transfer.buffer.size"]),
             recv_hwm=int(self.conf["topology.executor.receive.buffer.size"]),
             host=spec.host,
+            sender=self.index,
+            epoch=spec.incarnation,
+            max_bytes=int(self.conf["topology.transfer.max.message.bytes"]),
         )
         self.address = self.transport.bind()
-        self.control = ControlClient(self.transport.ctx, spec.secret, spec.control_address,
-                                     f"w{self.index}".encode())
+        self.control = ControlClient(self.transport.ctx, spec.secret, spec.control_address, me=self.address,
+                                     sender=self.index, epoch=spec.incarnation)
         self.port = WorkerPort(
             deliver=self.deliver, enqueue=lambda ex, tup: self.queue.append((ex, tup)),
             record_error=self.record_error, run_off_loop=self.run_off_loop, barrier_done=self.barrier_done,

@@ -1,0 +1,178 @@
+"""The ports of a live run against an attacker without the run's secret: a flood of junk, a
+client taking a worker's identity, oversized messages, and replayed messages. The run must
+keep going, stay killable, and no worker may restart."""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+import pytest
+import zmq
+
+from topology_runtime import BasicBolt, LocalCluster, Spout, TopologyBuilder
+from topology_runtime.testing import wait_for
+from topology_runtime.transport.messages import Control
+from topology_runtime.transport.sockets import _HEADER, DataTransport, _mac, pack
+
+
+class Numbers(Spout):
+    outputs = ["n"]
+
+    def open(self, conf, context):
+        self.n = 0
+
+    def next_tuple(self):
+        self.n += 1
+        self.emit([self.n], msg_id=self.n)
+        time.sleep(0.001)
+
+
+class Pass(BasicBolt):
+    outputs = ["n"]
+
+    def execute(self, tup):
+        self.emit([tup[0]])
+
+
+def _topology():
+    b = TopologyBuilder()
+    b.set_spout("numbers", Numbers())
+    b.set_bolt("pass", Pass(), 2).shuffle_grouping("numbers")
+    return b.create_topology()
+
+
+def _acked(run) -> int:
+    return run.status().components["numbers"].acked
+
+
+@pytest.fixture
+def live_run():
+    with LocalCluster(workers=2) as cluster:
+        run = cluster.submit("attacked", _topology(), {"topology.transfer.max.message.bytes": 8 << 20})
+        assert wait_for(lambda: run.status().state == "running" and _acked(run) > 50, timeout=30)
+        yield run
+        status = run.kill(timeout=30)  # still killable after every attack
+        assert status.state == "killed"
+        assert status.restarts == 0, "a worker restarted"
+
+
+def _keeps_going(run) -> None:
+    before = _acked(run)
+    assert wait_for(lambda: _acked(run) > before + 50, timeout=15), "the run stopped making progress"
+    assert run.status().state == "running"
+
+
+def test_a_flood_of_junk_on_the_control_port_is_dropped(live_run):
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.DEALER)
+    s.connect(live_run.supervisor.control.address)
+    shapes = [[b"junk"], [b"x" * 16, b"y" * _HEADER.size, b"z"], [b"x" * 16, b"payload"], [b""] * 5]
+    for i in range(3000):
+        s.send_multipart(shapes[i % len(shapes)])
+    assert wait_for(lambda: live_run.supervisor.control.rejected >= 3000, timeout=20)
+    _keeps_going(live_run)
+    s.close(0)
+    ctx.term()
+
+
+def test_a_client_named_like_a_worker_receives_nothing(live_run):
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.IDENTITY, b"w0")
+    s.connect(live_run.supervisor.control.address)
+    s.send_multipart([b"hello"])  # unauthenticated: never counts as a worker
+    got = s.poll(3000)  # the supervisor probes every worker every 0.1 s: none of it may come here
+    assert not got, "a stranger received a worker's control messages"
+    _keeps_going(live_run)
+    s.close(0)
+    ctx.term()
+
+
+def test_oversized_messages_are_refused_without_growing_memory(live_run):
+    ctx = zmq.Context()
+    worker_pids = list(live_run.pids.values())
+    before = {pid: psutil.Process(pid).memory_info().rss for pid in worker_pids}
+    big = b"\0" * (20 << 20)  # over the control cap (16 MiB) and the data cap set above (8 MiB)
+    socks = []
+    ctl = ctx.socket(zmq.DEALER)
+    ctl.connect(live_run.supervisor.control.address)
+    socks.append(ctl)
+    for _ in range(10):
+        ctl.send_multipart([big, big])
+    with live_run.supervisor.lock:
+        addresses = [s.address for s in live_run.supervisor.slots.values()]
+    for addr in addresses:
+        push = ctx.socket(zmq.PUSH)
+        push.connect(addr)
+        socks.append(push)
+        for _ in range(10):
+            push.send_multipart([b"m" * 16, big, big], copy=False)
+    time.sleep(3)
+    for pid in worker_pids:
+        grown = psutil.Process(pid).memory_info().rss - before[pid]
+        assert grown < 100 << 20, f"worker {pid} grew by {grown >> 20} MiB"
+    _keeps_going(live_run)
+    for s in socks:
+        s.close(0)
+    ctx.term()
+
+
+def test_replayed_or_redirected_authentic_messages_are_refused(live_run):
+    """Even with valid MACs (the test knows the run's secret): a message whose (epoch, seq) was
+    already used by that sender is a replay; a fatal report replayed as worker 0's first message
+    must not fail the run."""
+    sup = live_run.supervisor
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.DEALER)
+    s.connect(sup.control.address)
+    rejected = sup.control.rejected
+    for seq in (1, 2, 3):  # worker 0's first messages of incarnation 0: long used
+        payload = pack({"t": Control.FATAL, "w": 0, "error": "replayed"})
+        header = _HEADER.pack(0, 0, seq)
+        s.send_multipart([_mac(sup.secret, sup.control.address.encode(), header, payload), header, payload])
+    assert wait_for(lambda: sup.control.rejected >= rejected + 3, timeout=10)
+    assert not any(e.get("error") == "replayed" for e in sup.errors)
+    _keeps_going(live_run)
+    s.close(0)
+    ctx.term()
+
+
+def test_data_transport_refuses_replays_and_messages_for_an_earlier_incarnation():
+    secret = b"k" * 32
+    b1 = DataTransport(secret, sender=1)
+    addr1 = b1.bind()
+    a = DataTransport(secret, sender=0, epoch=3)
+    a.connect(1, addr1)
+    sent = []
+    sock = a.peers[1]
+    real = sock.send_multipart
+
+    def record(frames, **kw):
+        sent.append([bytes(f) for f in frames])
+        return real(frames, **kw)
+    a.peers[1] = type("Rec", (), {"send_multipart": staticmethod(record)})()
+    a.send(1, b"batch-1")
+    a.send(1, b"batch-2")
+    assert wait_for(lambda: b1.pull.poll(0), timeout=5)
+    time.sleep(0.2)
+    assert b1.recv_payloads(10) == [b"batch-1", b"batch-2"]
+    replay = b1.ctx.socket(zmq.PUSH)
+    replay.connect(addr1)
+    for frames in sent:
+        replay.send_multipart(frames)
+    time.sleep(0.3)
+    assert b1.recv_payloads(10) == [] and b1.rejected == 2
+    b2 = DataTransport(secret, sender=1)  # the receiver restarted: a new address
+    addr2 = b2.bind()
+    replay2 = b2.ctx.socket(zmq.PUSH)
+    replay2.connect(addr2)
+    for frames in sent:
+        replay2.send_multipart(frames)
+    time.sleep(0.3)
+    assert b2.recv_payloads(10) == [] and b2.rejected == 2  # bound to the old address: MAC fails
+    for s in (replay, replay2, sock):
+        s.close(0)
+    a.peers.clear()
+    for t in (a, b1, b2):
+        t.close()
