@@ -22,15 +22,38 @@ ValueMap's writers record) so it shares the user key's slot.
 
 from __future__ import annotations
 
+import re
+
 REGISTRY = "topology:runs"
+TOPOLOGY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+_OWN_TAG = re.compile(r"topology:\{(?P<id>[A-Za-z0-9][A-Za-z0-9_.-]{0,127}):(?P<part>[0-9]+|ctl)\}:.*", re.S)
+
+
+class InvalidTopologyId(ValueError):
+    """A topology (or transactional) id outside ``[A-Za-z0-9][A-Za-z0-9_.-]{0,127}``."""
+
+
+def check_topology_id(topology_id: object, what: str = "topology id") -> str:
+    """``topology_id`` if valid; else InvalidTopologyId naming it. Ids are key prefixes and
+    SCAN patterns: ':', '*', '{', '\\' and the like would reach other topologies' keys."""
+    if not isinstance(topology_id, str) or not TOPOLOGY_ID.fullmatch(topology_id):
+        raise InvalidTopologyId(f"invalid {what} {topology_id!r}: use 1-128 characters from A-Z a-z 0-9 _ . -, "
+                                "starting with a letter or digit")
+    return topology_id
 
 
 def task_key(topology_id: str, task: int | str, name: str) -> str:
-    return f"topology:{{{topology_id}:{task}}}:{name}"
+    return f"topology:{{{check_topology_id(topology_id)}:{task}}}:{name}"
 
 
 def ctl_key(topology_id: str, name: str) -> str:
-    return f"topology:{{{topology_id}:ctl}}:{name}"
+    return f"topology:{{{check_topology_id(topology_id)}:ctl}}:{name}"
+
+
+def owner_of(key: str | bytes) -> tuple[str, str] | None:
+    """(topology id, task number or "ctl") of a key in this layout, None for any other key."""
+    m = _OWN_TAG.fullmatch(key.decode() if isinstance(key, bytes) else key)
+    return (m["id"], m["part"]) if m else None
 
 
 def tx_key(tx_id: str, name: str) -> str:
@@ -39,9 +62,10 @@ def tx_key(tx_id: str, name: str) -> str:
 
 
 def task_pattern(topology_id: str) -> str:
-    """SCAN pattern for every task-tagged key of a topology (control records excluded)."""
-    esc = topology_id.replace("[", "\\[").replace("]", "\\]").replace("*", "\\*").replace("?", "\\?")
-    return f"topology:{{{esc}:*}}:*"
+    """SCAN pattern for every key of a topology (task state and control records). A pattern can
+    match more (``{acct:*}`` matches a key of ``acct:1`` written before ids were checked): keep only
+    keys whose ``owner_of`` is this topology."""
+    return f"topology:{{{check_topology_id(topology_id)}:*}}:*"
 
 
 def hash_tag(key: str) -> str | None:

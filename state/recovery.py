@@ -15,7 +15,7 @@ import redis
 
 from .checkpoint import COMMITTED, COMMITTING, PREPARING, CheckPointState, load_checkpoint, save_checkpoint
 from .connection import connect
-from .layout import ctl_key, task_key, task_pattern
+from .layout import ctl_key, owner_of, task_key, task_pattern
 from .redis_kv import COMMIT_SCRIPT, ROLLBACK_SCRIPT
 from .replication import NO_WAIT, Replication, atomic
 from .serializer import TOMBSTONE
@@ -73,11 +73,9 @@ def _tasks(client: redis.Redis, topology_id: str) -> dict[str, str | None]:
         for t in json.loads(raw):
             tasks[str(t)] = comp.decode() if isinstance(comp, bytes) else comp
     for k in client.scan_iter(match=task_pattern(topology_id), count=1000):
-        name = k.decode() if isinstance(k, bytes) else k
-        tag = name[name.index("{") + 1:name.index("}")]
-        task = tag.rsplit(":", 1)[1]
-        if task != "ctl":
-            tasks.setdefault(task, None)
+        owner = owner_of(k)
+        if owner is not None and owner[0] == topology_id and owner[1] != "ctl":
+            tasks.setdefault(owner[1], None)
     return dict(sorted(tasks.items(), key=lambda kv: (len(kv[0]), kv[0])))
 
 
@@ -169,7 +167,9 @@ def reset(topology_id: str, redis_url: str) -> int:
     client = connect(redis_url)
     if client.exists(ctl_key(topology_id, "lease")):
         raise RecoveryRefused(f"topology {topology_id!r} is live: stop it before resetting its state")
-    keys = list(client.scan_iter(match=task_pattern(topology_id), count=1000))
+    # Exactly this topology's keys: the pattern also matches ids that extend it past a ':'.
+    keys = [k for k in client.scan_iter(match=task_pattern(topology_id), count=1000)
+            if (owner_of(k) or ("",))[0] == topology_id]
     keys += [ctl_key(topology_id, n) for n in ("checkpoint", "namespaces")]
     n = 0
     for i in range(0, len(keys), 500):

@@ -27,7 +27,7 @@ from typing import Any
 import redis
 
 from state.connection import connect
-from state.layout import REGISTRY, ctl_key
+from state.layout import REGISTRY, check_topology_id, ctl_key
 
 from ..api.status import FINAL_STATES, ComponentStats, RunStatus
 
@@ -139,6 +139,7 @@ class ControlPlane:
     # --- writer side (the live run) ---------------------------------------------------------------
     def register(self, topology_id: str, launcher: str, workers: int, **info: Any) -> int:
         """Take the run's lease (fencing token) or raise RunAlreadyLive naming the live run."""
+        check_topology_id(topology_id)
         r = self.redis
         token = int(r.incr(ctl_key(topology_id, "token")))
         if not r.set(ctl_key(topology_id, "lease"), token, nx=True, px=LEASE_TTL_MS):

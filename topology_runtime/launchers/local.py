@@ -9,6 +9,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from state.layout import check_topology_id
+
 from ..api.builder import Topology, TopologyError
 from ..api.config import resolve_config
 from ..api.status import FAILED, FINAL_STATES, RunStatus
@@ -218,8 +220,7 @@ class LocalCluster(ClusterBase):
         self.runs: dict[str, LocalRun] = {}
 
     def submit(self, name: str, topology: Any, conf: Mapping[str, Any] | None = None) -> LocalRun:
-        if not isinstance(name, str) or not name:
-            raise ValueError("a run needs a non-empty name (the topology id)")
+        check_topology_id(name)  # before anything is started or written
         live = self.runs.get(name)
         if live is not None and not live.done:
             raise RuntimeError(f"a run named {name!r} is already live in this cluster")
