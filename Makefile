@@ -5,13 +5,14 @@ VENV := $(CURDIR)/.venv
 STAMP := $(VENV)/.stamp
 export PATH := $(VENV)/bin:$(PATH)
 export TOPOLOGY_HOME := $(CURDIR)
-export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(VENV)/bin/python
 export PYSPARK_DRIVER_PYTHON := $(VENV)/bin/python
 export AIRFLOW_HOME := $(CURDIR)/.airflow
 export AIRFLOW_CONFIG := $(CURDIR)/airflow.cfg
 export AIRFLOW_CONN_SPARK_DEFAULT := {"conn_type": "spark", "host": "local[2]"}
 export PYTHONPATH := $(CURDIR):$(CURDIR)/plugins
+# No SPARK_LOCAL_IP here: spark-submits to local[...] bind 127.0.0.1 by themselves (launchers/spark.py
+# spark_env) and a cluster submit must bind an address the cluster can reach (docs/cluster.md).
 
 .PHONY: venv run run-local test lint lock clean
 

@@ -19,7 +19,6 @@ for p in (str(ROOT), str(ROOT / "plugins"), str(ROOT / "tests")):
 # must read the repo's airflow.cfg with its DB in a per-session folder. Set before any import.
 _AIRFLOW_HOME = tempfile.mkdtemp(prefix="topology-airflow-")
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in [str(ROOT), str(ROOT / "plugins"), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")] if p)
-os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ["TOPOLOGY_HOME"] = str(ROOT)
@@ -30,6 +29,7 @@ os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.
 
 from airflow_live import airflow_db, airflow_live  # noqa: E402, F401  (session Airflow DB + live Airflow)
 from redis_clusters import cluster_url, redis_cluster, redis_sentinel, sentinel_url  # noqa: E402, F401  (Cluster, Sentinel)
+from spark_standalone import spark_standalone  # noqa: E402, F401  (session Spark standalone cluster)
 
 from topology_runtime.control.redis_server import RedisServer  # noqa: E402
 

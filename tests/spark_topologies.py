@@ -117,3 +117,14 @@ def exactly_once_failing_wordcount():
     b.set_bolt("split", FailOnceSplit(), 2).shuffle_grouping("sentences")
     b.set_bolt("count", StatefulWordCount(), 2).fields_grouping("split", ["word"])
     return b.create_topology()
+
+
+def executor_import_error():
+    """Imports on the driver (TOPOLOGY_TEST_DRIVER=1), not on the executors: the spout's class
+    comes from tests.driver_only, which raises ImportError there."""
+    from tests.driver_only import DriverOnlySpout
+
+    b = TopologyBuilder()
+    b.set_spout("source", DriverOnlySpout(), 1)
+    b.set_bolt("sink", Sink(), 1).shuffle_grouping("source")
+    return b.create_topology()

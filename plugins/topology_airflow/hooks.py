@@ -20,7 +20,7 @@ from state.checkpoint import COMMITTED, load_checkpoint
 from state.layout import ctl_key
 from state.transactional import current_txid
 from topology_runtime.control.control_plane import ControlPlane, RunRecord
-from topology_runtime.launchers.spark import DEFAULT_SPARK_CONF, DRIVER_SCRIPT, driver_args, spark_env
+from topology_runtime.launchers.spark import DRIVER_SCRIPT, SubmitParts, driver_args, submit_parts
 
 # A log line of the driver or of Spark (timestamped); the reporter's summary lines are not.
 _LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d|\d\d/\d\d/\d\d \d\d:\d\d:\d\d)")
@@ -83,6 +83,19 @@ def failure_lines(status: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def _client_env(master: str, parts: SubmitParts) -> dict[str, str] | None:
+    """The environment for a client-mode spark-submit, as the provider's ``env_vars``. The provider
+    only adds to the task's environment: a loopback ``SPARK_LOCAL_IP`` that ``spark_env`` dropped
+    for a cluster master is replaced by the driver's address (``spark.driver.host``) instead.
+    YARN and Kubernetes masters get none: the provider would turn every variable into driver conf."""
+    if master.startswith(("yarn", "k8s://")):
+        return None
+    env = dict(parts.env)
+    if "SPARK_LOCAL_IP" in os.environ and "SPARK_LOCAL_IP" not in env and parts.conf.get("spark.driver.host"):
+        env["SPARK_LOCAL_IP"] = parts.conf["spark.driver.host"]
+    return env
+
+
 class TopologyHook(BaseHook):
     conn_name_attr = "conn_id"
     default_conn_name = "spark_default"
@@ -107,28 +120,43 @@ class TopologyHook(BaseHook):
     def control(self) -> ControlPlane:
         return ControlPlane(self.redis_url)
 
+    def _parts(self, master: str, topology: str, workers: int, spark_conf: dict[str, str] | None,
+               shipping: dict[str, Any] | None, deploy_mode: str | None = None) -> SubmitParts:
+        """Conf, py-files, archives and environment of the submit (launchers/spark.py): on a
+        cluster master the topology's code, the runtime and its dependencies are shipped."""
+        parts = submit_parts(master, topology, workers, spark_conf, deploy_mode=deploy_mode, **(shipping or {}))
+        for note in parts.notes:
+            self.log.info("shipping %s", note)
+        return parts
+
     def submit(self, topology: str, name: str, workers: int = 2, conf: dict[str, Any] | None = None,
-               spark_conf: dict[str, str] | None = None, progress_interval: float = 5.0) -> None:
+               spark_conf: dict[str, str] | None = None, progress_interval: float = 5.0,
+               shipping: dict[str, Any] | None = None) -> None:
         """Run the topology's driver through spark-submit; every driver line goes to the log.
 
-        Raises AirflowException (from SparkSubmitHook) when the driver exits non-zero, i.e. the
-        run did not complete.
+        ``shipping``: ``python_env``, ``executor_python``, ``py_files``, ``archives`` for a
+        cluster master (docs/cluster.md). Raises AirflowException (from SparkSubmitHook) when
+        the driver exits non-zero, i.e. the run did not complete.
         """
         conf = dict(conf or {})
         conf.setdefault("redis.url", self.redis_url)
         args = driver_args(name, topology, None, workers, conf, self.redis_url, progress_interval)
+        master = SparkSubmitHook(conn_id=self.conn_id)._connection["master"]
+        parts = self._parts(master, topology, workers, spark_conf, shipping)
         self._spark = SparkSubmitHook(
-            conf={**DEFAULT_SPARK_CONF, **(spark_conf or {})},
+            conf=parts.conf,
             conn_id=self.conn_id,
             name=f"topology-{name}",
             application_args=args,
-            env_vars=spark_env(),
+            py_files=",".join(parts.py_files) or None,
+            archives=",".join(parts.archives) or None,
+            env_vars=_client_env(master, parts),
         )
         self._spark.submit(application=str(DRIVER_SCRIPT))
 
     def start_detached(self, topology: str, name: str, workers: int = 2, conf: dict[str, Any] | None = None,
                        spark_conf: dict[str, str] | None = None, progress_interval: float = 5.0,
-                       log_dir: str | None = None) -> DetachedRun:
+                       log_dir: str | None = None, shipping: dict[str, Any] | None = None) -> DetachedRun:
         """Start the driver so that it outlives this process, its output going to a log file.
 
         The master and deploy mode come from the Spark connection. For ``yarn`` and ``k8s://``
@@ -145,7 +173,6 @@ class TopologyHook(BaseHook):
         """
         conf = dict(conf or {})
         conf.setdefault("redis.url", self.redis_url)
-        spark_conf = {**DEFAULT_SPARK_CONF, **(spark_conf or {})}
         probe = SparkSubmitHook(conn_id=self.conn_id)  # only to resolve the connection's master
         master = probe._connection["master"]
         requested = probe._connection.get("deploy_mode")
@@ -155,6 +182,8 @@ class TopologyHook(BaseHook):
             if requested == "cluster":
                 self.log.warning("master %s offers no cluster deploy mode for Python: using client mode", master)
             deploy_mode = "client"
+        parts = self._parts(master, topology, workers, spark_conf, shipping, deploy_mode)
+        spark_conf = parts.conf
         if deploy_mode == "cluster":
             # spark-submit returns once the cluster accepted the driver instead of waiting for it.
             spark_conf.setdefault("spark.yarn.submit.waitAppCompletion", "false")
@@ -162,15 +191,16 @@ class TopologyHook(BaseHook):
         log_path = Path(log_dir or default_driver_log_dir()) / name / f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         args = driver_args(name, topology, None, workers, conf, self.redis_url, progress_interval, str(log_path))
-        # This machine's venv and paths mean nothing to a driver in the cluster: ship the
-        # environment with spark.archives there (docs/operations.md), not as driver env vars.
+        # This machine's venv and paths mean nothing to a driver in the cluster: the shipped
+        # code and environment serve it there (docs/cluster.md), not driver env vars.
         spark = SparkSubmitHook(conf=spark_conf, conn_id=self.conn_id, name=f"topology-{name}",
                                 application_args=args, deploy_mode=deploy_mode,
-                                env_vars=None if deploy_mode == "cluster" else spark_env())
+                                py_files=",".join(parts.py_files) or None, archives=",".join(parts.archives) or None,
+                                env_vars=None if deploy_mode == "cluster" else _client_env(master, parts))
         # The provider builds the command from the connection (master, queue, namespace, Kerberos,
         # env for YARN/K8s); it has no public "start and return" call, so build it and start it here.
         cmd = spark._build_spark_submit_command(str(DRIVER_SCRIPT))
-        env = {**spark_env(), **(spark._env or {})}
+        env = {**parts.env, **(spark._env or {})}
         with open(log_path, "ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                     cwd=os.getcwd(), start_new_session=True, close_fds=True)

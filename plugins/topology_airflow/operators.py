@@ -51,8 +51,14 @@ class SubmitTopologyOperator(BaseOperator):
                  spark_conf: dict[str, str] | None = None, conn_id: str = "spark_default",
                  redis_url: str | None = None, progress_interval: float = 5.0,
                  deferrable: bool | None = None, poll_interval: float = 2.0, start_timeout: float = 600.0,
-                 driver_log_dir: str | None = None, **kwargs: Any) -> None:
+                 driver_log_dir: str | None = None, python_env: str = "auto", executor_python: str | None = None,
+                 py_files: str | list[str] | None = None, archives: str | list[str] | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        # What a cluster master's executors get (docs/cluster.md): the code is always shipped;
+        # python_env "auto" adds the runtime's dependencies, "none" nothing, a path your archive.
+        self.shipping = {"python_env": python_env, "executor_python": executor_python, "py_files": py_files,
+                         "archives": archives}
         self.topology = topology
         self.name = name
         self.conf = conf or {}
@@ -72,7 +78,7 @@ class SubmitTopologyOperator(BaseOperator):
         self._hook = TopologyHook(self.conn_id, self.redis_url)
         if self.deferrable:
             run = self._hook.start_detached(self.topology, self.name, int(self.workers), self.conf, self.spark_conf,
-                                            self.progress_interval, self.driver_log_dir)
+                                            self.progress_interval, self.driver_log_dir, self.shipping)
             self.defer(
                 trigger=TopologyTrigger(name=self.name, redis_url=self._hook.redis_url, log_file=run.log_file,
                                         pid=run.pid, host=run.host, deploy_mode=run.deploy_mode,
@@ -83,7 +89,7 @@ class SubmitTopologyOperator(BaseOperator):
         error: Exception | None = None
         try:
             self._hook.submit(self.topology, self.name, int(self.workers), self.conf, self.spark_conf,
-                              self.progress_interval)
+                              self.progress_interval, self.shipping)
         except AirflowException as e:
             error = e
         if self._killed:

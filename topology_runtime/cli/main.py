@@ -69,16 +69,26 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_submit(args: argparse.Namespace) -> int:
     import subprocess
 
-    from ..launchers.spark import driver_args, spark_env, spark_submit_command
+    from ..launchers.shipping import ShippingError
+    from ..launchers.spark import driver_args, spark_submit_command, submit_parts
 
     url = _redis(args)
     conf = _conf_pairs(args.conf)
     conf.setdefault("redis.url", url)
-    spark_conf = _conf_pairs(args.spark_conf)
+    spark_conf = {k: str(v) for k, v in _conf_pairs(args.spark_conf).items()}
+    try:
+        parts = submit_parts(args.master, args.topology, args.workers, spark_conf, args.py_files, args.archives,
+                             args.python_env, args.executor_python)
+    except ShippingError as e:
+        print(f"topology: {e}", file=sys.stderr)
+        return 4
+    for note in parts.notes:
+        print(f"shipping {note}", file=sys.stderr, flush=True)
     cmd = spark_submit_command(args.master, driver_args(args.name, args.topology, None, args.workers, conf, url,
-                                                        args.progress_interval), spark_conf, args.name)
+                                                        args.progress_interval), parts.conf, args.name,
+                               py_files=parts.py_files, archives=parts.archives)
     print("spark-submit: " + " ".join(cmd), file=sys.stderr, flush=True)
-    proc = subprocess.Popen(cmd, env=spark_env())
+    proc = subprocess.Popen(cmd, env=parts.env)
     try:
         return proc.wait()
     except KeyboardInterrupt:
@@ -206,6 +216,14 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("--workers", type=int, default=2)
     sm.add_argument("--conf", action="append", metavar="KEY=VALUE", help="topology config entry")
     sm.add_argument("--spark-conf", action="append", metavar="KEY=VALUE", help="extra spark-submit --conf")
+    sm.add_argument("--py-files", action="append", metavar="FILES", help="more --py-files (comma-separated)")
+    sm.add_argument("--archives", action="append", metavar="FILES", help="more --archives (comma-separated)")
+    sm.add_argument("--python-env", default="auto", metavar="auto|none|ARCHIVE",
+                    help="what cluster executors get besides the code: auto (the runtime's dependencies, "
+                         "built once and cached), none (the nodes have them), or your own archive")
+    sm.add_argument("--executor-python", metavar="PATH",
+                    help=f"the executors' interpreter on a cluster master (default python{sys.version_info[0]}."
+                         f"{sys.version_info[1]} from their PATH)")
     sm.add_argument("--redis")
     sm.add_argument("--progress-interval", type=float, default=5.0)
     sm.set_defaults(func=cmd_submit)

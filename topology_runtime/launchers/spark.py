@@ -11,9 +11,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..api.builder import Topology
 from ..api.config import resolve_config
@@ -21,6 +23,8 @@ from ..api.status import FAILED, FINAL_STATES, STARTING, RunStatus
 from ..control.control_plane import ControlPlane, status_from_dict
 from ..plan.planner import build_plan
 from .local import ClusterBase, load_topology
+from .shipping import is_local_master, ship
+from .spark_failures import is_loopback, route_source
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DRIVER_SCRIPT = Path(__file__).resolve().parent / "spark_main.py"
@@ -35,19 +39,102 @@ DEFAULT_SPARK_CONF = {
 }
 
 
-def spark_env(extra_pythonpath: list[str] | None = None) -> dict[str, str]:
-    """Environment for spark-submit: this venv's Python on the executors and the project importable."""
+def master_host(master: str) -> str | None:
+    """The (first) host of a ``spark://`` or ``k8s://`` master URL; None for yarn and local."""
+    if master.startswith("k8s://"):
+        rest = master[len("k8s://"):]
+        return urlsplit(rest if "://" in rest else f"https://{rest}").hostname
+    if master.startswith("spark://"):
+        return urlsplit("spark://" + master[len("spark://"):].split(",")[0]).hostname
+    return None
+
+
+def spark_env(master: str = "local[2]", extra_pythonpath: list[str] | None = None) -> dict[str, str]:
+    """Environment for spark-submit. ``local`` masters: executors run this venv's Python and
+    everything binds 127.0.0.1 (unless set). Cluster masters: executors get their interpreter
+    from ``spark.pyspark.python`` (shipping.ship), and a loopback ``SPARK_LOCAL_IP`` inherited
+    from the environment (the Makefile used to export one) is dropped unless the master is on
+    loopback too: a driver bound to loopback cannot be reached from other machines."""
     env = dict(os.environ)
     bindir = str(Path(sys.executable).parent)
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
-    env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if is_local_master(master):
+        env.setdefault("PYSPARK_PYTHON", sys.executable)
+        env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    else:
+        env.pop("PYSPARK_PYTHON", None)
+        host = master_host(master)
+        if is_loopback(env.get("SPARK_LOCAL_IP")) and not (host and is_loopback(host)):
+            env.pop("SPARK_LOCAL_IP")
     paths = [str(PROJECT_ROOT), os.getcwd(), *(extra_pythonpath or [])]
     if env.get("PYTHONPATH"):
         paths.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     return env
+
+
+def driver_host(master: str, env: Mapping[str, str], spark_conf: Mapping[str, str]) -> str | None:
+    """``spark.driver.host`` for a cluster master when nothing sets it: this machine's address on
+    the route to the master (what the cluster sees of it). None: Spark's own choice stands
+    (``SPARK_LOCAL_IP``, the user's conf, local and yarn masters, a master on loopback)."""
+    if is_local_master(master) or spark_conf.get("spark.driver.host") or env.get("SPARK_LOCAL_IP"):
+        return None
+    host = master_host(master)
+    if not host or is_loopback(host):
+        return None
+    try:
+        return route_source(host)
+    except OSError:
+        return None
+
+
+@dataclass
+class SubmitParts:
+    """Everything a spark-submit of a topology takes besides the application's arguments."""
+
+    conf: dict[str, str]
+    py_files: list[str]
+    archives: list[str]
+    env: dict[str, str]
+    notes: list[str]
+
+
+def _csv(items: str | Sequence[str] | None) -> list[str]:
+    if not items:
+        return []
+    if isinstance(items, str):
+        items = [items]
+    return [p.strip() for item in items for p in item.split(",") if p.strip()]
+
+
+def submit_parts(master: str, topology: Any, workers: int, spark_conf: Mapping[str, str] | None = None,
+                 py_files: str | Sequence[str] | None = None, archives: str | Sequence[str] | None = None,
+                 python_env: str | None = "auto", executor_python: str | None = None,
+                 deploy_mode: str | None = None) -> SubmitParts:
+    """Spark conf, py-files, archives and environment of a submit of ``topology`` to ``master``:
+    this project's defaults, what shipping adds for a cluster master (docs/cluster.md), the
+    driver's address, ``spark.cores.max`` on standalone; the user's own settings win and their
+    py-files and archives are added to ours."""
+    user = {k: str(v) for k, v in (spark_conf or {}).items()}
+    env = spark_env(master)
+    lock = PROJECT_ROOT / "requirements.lock"
+    shipment = ship(master, topology, python_env, executor_python, user, deploy_mode,
+                    lock=lock if lock.is_file() else None,
+                    search_path=[*sys.path, *env["PYTHONPATH"].split(os.pathsep)])  # as the driver will search
+    conf = {**DEFAULT_SPARK_CONF, **{k: v for k, v in user.items() if k not in shipment.conf}, **shipment.conf}
+    if master.startswith("spark://"):
+        if "spark.cores.max" not in user:
+            # A long-running job takes only the cores its barrier tasks use, not the whole cluster.
+            conf["spark.cores.max"] = str(workers * int(user.get("spark.task.cpus", "1")))
+        # Python workers talk to their JVM over Unix sockets, not loopback TCP ports (the socket
+        # lives in java.io.tmpdir: short on standalone nodes; YARN's container dirs may be too long).
+        conf.setdefault("spark.python.unix.domain.socket.enabled", "true")
+    host = driver_host(master, env, user)
+    if host:
+        conf["spark.driver.host"] = host
+    return SubmitParts(conf, [*shipment.py_files, *_csv(py_files)], [*shipment.archives, *_csv(archives)], env,
+                       shipment.notes)
 
 
 def driver_args(name: str, topology_ref: str | None, topology_file: str | None, workers: int,
@@ -66,12 +153,17 @@ def driver_args(name: str, topology_ref: str | None, topology_file: str | None, 
 
 
 def spark_submit_command(master: str, app_args: list[str], spark_conf: Mapping[str, str] | None = None,
-                         name: str = "topology", deploy_mode: str | None = None) -> list[str]:
+                         name: str = "topology", deploy_mode: str | None = None,
+                         py_files: Sequence[str] = (), archives: Sequence[str] = ()) -> list[str]:
     cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", master, "--name", f"topology-{name}"]
     if deploy_mode:
         cmd += ["--deploy-mode", deploy_mode]
     for k, v in {**DEFAULT_SPARK_CONF, **(spark_conf or {})}.items():
         cmd += ["--conf", f"{k}={v}"]
+    if py_files:
+        cmd += ["--py-files", ",".join(py_files)]
+    if archives:
+        cmd += ["--archives", ",".join(archives)]
     return cmd + [str(DRIVER_SCRIPT), *app_args]
 
 
@@ -93,9 +185,15 @@ class SparkRun:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         args = driver_args(name, ref, self._topology_file, cluster.workers, conf, cluster.redis_url,
                            cluster.progress_interval, str(self.log_path))
-        cmd = spark_submit_command(cluster.master, args, cluster.spark_conf, name)
+        parts = submit_parts(cluster.master, ref or topo, cluster.workers, cluster.spark_conf, cluster.py_files,
+                             cluster.archives, cluster.python_env, cluster.executor_python)
+        cmd = spark_submit_command(cluster.master, args, parts.conf, name, py_files=parts.py_files,
+                                   archives=parts.archives)
         self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=spark_env(),
+        for note in parts.notes:
+            self._log.write(f"shipping {note}\n".encode())
+        self._log.flush()
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=parts.env,
                                      cwd=os.getcwd(), start_new_session=True)
         self.started = time.monotonic()
 
@@ -149,8 +247,15 @@ class SparkCluster(ClusterBase):
 
     def __init__(self, master: str = "local[2]", workers: int = 2, redis_url: str | None = None,
                  spark_conf: Mapping[str, str] | None = None, log_dir: str | None = None,
-                 progress_interval: float = 5.0) -> None:
+                 progress_interval: float = 5.0, python_env: str = "auto", executor_python: str | None = None,
+                 py_files: str | Sequence[str] | None = None, archives: str | Sequence[str] | None = None) -> None:
+        """``python_env``, ``executor_python``, ``py_files``, ``archives``: what a cluster master's
+        executors get (launchers/shipping.py, docs/cluster.md); ``local`` masters need none of it."""
         self.master = master
+        self.python_env = python_env
+        self.executor_python = executor_python
+        self.py_files = py_files
+        self.archives = archives
         self.workers = workers
         if redis_url is None:
             from ..control.redis_server import resolve_redis_url
@@ -179,4 +284,5 @@ def _pickle_topology(topology: Topology, path: str) -> None:
         f.write(cloudpickle.dumps(topology))
 
 
-__all__ = ["SparkCluster", "SparkRun", "spark_env", "spark_submit_command", "driver_args"]
+__all__ = ["SparkCluster", "SparkRun", "SubmitParts", "driver_args", "spark_env", "spark_submit_command",
+           "submit_parts"]

@@ -9,7 +9,14 @@ The driver plans the topology, takes the run's lease in Redis, and runs ONE barr
 tasks, each hosting one worker (the same worker code as LocalCluster); the tasks exchange
 addresses with ``BarrierTaskContext.allGather``. A failed barrier stage is not retried by Spark,
 so the driver relaunches it with a new epoch (kept in Redis), at most ``topology.max.restarts``
-times. The exit code is 0 only for a completed run (1 failed, 2 killed, 5 already live).
+times. The exit code is 0 only for a completed run (1 failed, 2 killed, 4 the topology cannot be
+loaded or placed, 5 already live).
+
+Failures a relaunch cannot fix end the run at once, with the executor's Python traceback in
+this log and in the run's status (``spark_failures``): the topology's code or the interpreter
+missing on an executor (exit 4), a component's ``open``/``prepare`` raising (exit 1, reported by
+the worker through the control channel), fewer task slots than workers (exit 4, checked before
+the first launch). Every other failed stage is logged with Spark's per-task error and relaunched.
 """
 
 from __future__ import annotations
@@ -18,7 +25,6 @@ import argparse
 import logging
 import os
 import pickle
-import socket
 import sys
 import threading
 
@@ -32,6 +38,7 @@ from ..control.reporter import RunReporter
 from ..plan.planner import build_plan
 from ..supervisor.run_supervisor import RunSupervisor
 from ..worker.worker import WorkerSpec, run_worker
+from . import spark_failures as failures
 from .local import load_topology
 
 log = logging.getLogger("topology.driver")
@@ -40,12 +47,14 @@ EXIT_BAD_TOPOLOGY = 4
 
 
 def _barrier_partition(name: str, plan, control_address: str, secret: bytes, epoch: int):
+    driver_host = control_address.rsplit(":", 1)[0].removeprefix("tcp://")
+
     def run(_rows):
         from pyspark import BarrierTaskContext
 
         ctx = BarrierTaskContext.get()
         index = ctx.partitionId()
-        host = os.environ.get("SPARK_LOCAL_IP") or socket.gethostbyname(socket.gethostname())
+        host = failures.executor_address(driver_host)  # where Spark runs this task, as peers reach it
         spec = WorkerSpec(name, plan, index, epoch, control_address, secret, host=host)
 
         def exchange(address: str) -> dict:
@@ -62,6 +71,68 @@ def _first_line(e: BaseException) -> str:
         if "Exception" in line or "Error" in line or "died" in line:
             return line.strip()[:300]
     return (text.splitlines()[0][:300] if text else type(e).__name__)
+
+
+def _fail_now(sup: RunSupervisor, error: str, errors: list[dict] = ()) -> None:
+    """End the run as failed without a relaunch; ``errors`` (with tracebacks) go into its status."""
+    with sup.lock:
+        sup.errors.extend(errors)
+        del sup.errors[:-50]
+        # RunSupervisor has no public "fail now" yet (asked of the supervisor's owner).
+        sup._fail(error)  # noqa: SLF001
+    sup.all_stopped()  # no worker is running: the run is final at once
+
+
+def _check_slots(sc, sup: RunSupervisor, workers: int, master: str) -> int | None:
+    """Before the first launch: a barrier stage needs ``workers`` task slots at once. Waits for
+    executors to register (up to ``spark.scheduler.maxRegisteredResourcesWaitingTime``); with too
+    few, fails the run naming both numbers. Returns an exit code, or None to go on."""
+    wait = 0.0 if master.startswith("local") else failures.parse_secs(
+        sc.getConf().get("spark.scheduler.maxRegisteredResourcesWaitingTime", None), 30.0)
+    try:
+        found = failures.wait_for_slots(sc, workers, wait)
+    except Exception as e:  # noqa: BLE001 - a Spark without the call: Spark's own check stays
+        log.warning("cannot count the cluster's task slots (%s); Spark checks them at launch", e)
+        return None
+    if found >= workers:
+        return None
+    cpus = sc.getConf().get("spark.task.cpus", "1")
+    hosts = failures.executor_hosts(sc) if not master.startswith("local") else [master]
+    error = (f"the topology needs {workers} worker(s), one barrier task each, but the cluster offers {found} "
+             f"task slot(s) (master {master}, executors on {', '.join(hosts) or 'no host'}, "
+             f"spark.task.cpus={cpus}): submit with --workers {found} or add executors")
+    log.error("%s", error)
+    _fail_now(sup, error)
+    return EXIT_BAD_TOPOLOGY
+
+
+def _unrecoverable(sc, sup: RunSupervisor, group: str) -> int | None:
+    """After a failed stage: log what Spark recorded for each failed task; for a failure that a
+    relaunch cannot fix, end the run and return its exit code (None: relaunch)."""
+    fatal = [s for s in sup.slots.values() if s.startup_failures]
+    if fatal:  # open()/prepare() raised: the worker reported it, with its traceback
+        last = next((e for e in reversed(sup.status().errors) if e.get("fatal")), {})
+        _fail_now(sup, f"worker {fatal[0].index} could not start: {last.get('error', 'see the log')}")
+        return 1
+    try:
+        errors = failures.task_errors(sc, group)
+    except Exception as e:  # noqa: BLE001 - diagnosis only
+        log.warning("cannot read the failed tasks' errors from Spark (%s)", e)
+        return None
+    seen = set()
+    for err in errors:
+        if err.summary not in seen:
+            seen.add(err.summary)
+            log.error("worker %d on %s (executor %s) failed: %s\n%s", err.partition, err.host, err.executor,
+                      err.summary, err.python_part)
+    bad = [e for e in errors if e.unfixable]
+    if not bad:
+        return None
+    records = [{"w": e.partition, "component": None, "task": None, "fatal": True,
+                "error": f"worker {e.partition} on {e.host}: {e.summary}", "traceback": e.traceback} for e in bad]
+    _fail_now(sup, f"the workers cannot start on the executors ({bad[0].summary}); "
+                   "a relaunch cannot fix this", records)
+    return EXIT_BAD_TOPOLOGY
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -116,8 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     spark = SparkSession.builder.appName(f"topology-{args.name}").getOrCreate()
     sc = spark.sparkContext
     sc.setLogLevel("ERROR")
-    host = sc.getConf().get("spark.driver.host", os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"))
+    host = failures.driver_address(sc.getConf().get)  # the address Spark's driver uses, not loopback
     sup = RunSupervisor(args.name, plan, host=host, restart_all_on_failure=True)
+    log.info("supervisor at %s", sup.control.address)
     # 0 turns progress lines off; the summary at the end is always printed.
     reporter = RunReporter(sup, control, token, progress_interval=args.progress_interval or 1e9)
     stop_monitor = threading.Event()
@@ -132,11 +204,15 @@ def main(argv: list[str] | None = None) -> int:
                 sc.cancelAllJobs()  # workers that ignored "stop" (hung user code) must not hold the driver
                 stop_monitor.wait(1.0)
 
-    threading.Thread(target=monitor, name="supervisor", daemon=True).start()
+    monitor_thread = threading.Thread(target=monitor, name="supervisor", daemon=True)
+    monitor_thread.start()
+    exit_code = _check_slots(sc, sup, plan.workers, sc.master)  # None: enough slots for the barrier stage
     try:
-        while True:
+        while exit_code is None:
             epoch = control.next_epoch(args.name)
             log.info("launching %d worker(s) as a barrier stage (epoch %d)", plan.workers, epoch)
+            group = f"topology-{args.name}-{epoch}"
+            sc.setJobGroup(group, f"topology {args.name} epoch {epoch}")
             rdd = sc.parallelize(range(plan.workers), plan.workers).barrier().mapPartitions(
                 _barrier_partition(args.name, plan, sup.control.address, sup.secret, epoch))
             try:
@@ -148,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
                 reason = _first_line(e)
                 if sup.done.is_set():
                     break
-            if not sup.stage_failed(reason):
+            exit_code = _unrecoverable(sc, sup, group)  # errors a relaunch cannot fix end the run now
+            if exit_code is not None or not sup.stage_failed(reason):
                 break
     except KeyboardInterrupt:
         sup.request_kill()
@@ -157,11 +234,14 @@ def main(argv: list[str] | None = None) -> int:
         stop_monitor.set()
     sup.done.wait(15)
     keeper.stop()
+    monitor_thread.join(5)  # it must not poll the supervisor's socket while it closes
     status = reporter.final()
     sup.close()
     spark.stop()
     if status.state == FAILED:
         log.error("run %s failed: %s", args.name, status.error)
+        if exit_code is not None:
+            return exit_code
     return status.exit_code
 
 
