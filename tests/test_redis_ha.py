@@ -31,7 +31,7 @@ from state.values import ValueMap
 from topology_runtime import LocalCluster
 from topology_runtime.api.status import RunStatus
 from topology_runtime.cli.main import main as cli
-from topology_runtime.control.control_plane import ControlPlane, RunAlreadyLive
+from topology_runtime.control.control_plane import ControlPlane, LeaseLost, RunAlreadyLive
 from topology_runtime.testing import wait_for
 
 EO_CONF = {"topology.state.provider": "redis", "topology.state.exactly.once": True,
@@ -92,6 +92,13 @@ def test_control_plane_and_cli_on_a_cluster(cluster_url, capsys):
     token = cp.register("cpx", "local", 2)
     with pytest.raises(RunAlreadyLive):
         cp.register("cpx", "local", 2)
+    client.delete(ctl_key("cpx", "lease"))  # its renewals lost in a failover: expired, nobody took it
+    cp.renew("cpx", token)  # taken again
+    assert cp.is_live("cpx")
+    client.set(ctl_key("cpx", "lease"), token + 1)
+    with pytest.raises(LeaseLost):
+        cp.renew("cpx", token)  # another run holds it
+    client.set(ctl_key("cpx", "lease"), token)
     cp.publish("cpx", RunStatus(name="cpx", state="running"), {0: {"pid": 1}})
     rec = cp.get("cpx")
     assert rec.live and rec.state == "running" and [r.name for r in cp.list()] == ["cpx"]
@@ -266,7 +273,9 @@ def test_transactional_counts_are_exact(where, request):
 def test_sentinel_failover_mid_run_keeps_exactly_once_counts_exact(tmp_path):
     """SIGKILL of the master while the exactly-once count runs with min.replicas=1: the sentinel
     promotes the replica, the run rolls back to its last checkpoint (which the replica has, by
-    WAIT), and ends with exact counts once the old master is back as a replica."""
+    WAIT), and ends with exact counts once the old master is back as a replica. Before the kill
+    the replica is stopped and its link cut for 1.5 s, so the master dies holding writes no
+    replica has: the checkpoint of that time failed its WAIT, and the runtime never acted on it."""
     from redis_clusters import RedisSentinelSet
 
     sentinels = RedisSentinelSet(tmp_path).start_all()
@@ -275,7 +284,15 @@ def test_sentinel_failover_mid_run_keeps_exactly_once_counts_exact(tmp_path):
 
         def failover(run):
             assert wait_for(lambda: run.status().components["split"].executed > 1000, 60)
+            replica = sentinels.procs[sentinels.replica_port]
+            master = redis.Redis(port=sentinels.master())
+            os.kill(replica.pid, signal.SIGSTOP)  # it cannot reconnect ...
+            assert master.client_kill_filter(_type="replica") == 1  # ... once cut
+            cut = master.info("replication")["master_repl_offset"]
+            time.sleep(1.5)
+            assert master.info("replication")["master_repl_offset"] > cut  # writes only the master has
             old = sentinels.kill_master()
+            os.kill(replica.pid, signal.SIGCONT)
             sentinels.wait_failover(old)
             sentinels.rejoin(old)
 

@@ -38,9 +38,16 @@ HISTORY_SAMPLES = int(os.environ.get("TOPOLOGY_HISTORY_SAMPLES", 450))
 # Set by Airflow in a task's environment (inherited by spark-submit's driver): which DAG run started this run.
 _AIRFLOW_CTX = {"dag_id": "AIRFLOW_CTX_DAG_ID", "dag_run_id": "AIRFLOW_CTX_DAG_RUN_ID", "task_id": "AIRFLOW_CTX_TASK_ID"}
 
+# 1: renewed; 2: the lease had gone (expired during an outage longer than it, or its renewals
+# lost in a Redis failover) and nobody took it: taken again; 0: another run holds it.
 _RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+if not cur then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 2
 end
 return 0
 """
@@ -167,8 +174,17 @@ class ControlPlane:
         return token
 
     def renew(self, topology_id: str, token: int) -> None:
-        if not self._renew(keys=[ctl_key(topology_id, "lease")], args=[token, LEASE_TTL_MS]):
+        """Extend the lease; take it again if it is gone and nobody else took it (LeaseLost if
+        another run holds it)."""
+        done = self._renew(keys=[ctl_key(topology_id, "lease")], args=[token, LEASE_TTL_MS])
+        if not done:
             raise LeaseLost(f"topology {topology_id!r}: lease {token} lost")
+        if done == 2:
+            import logging
+
+            logging.getLogger("topology.driver").warning(
+                "topology %r: the lease had expired (a Redis outage longer than it, or its renewals lost in a "
+                "failover) and no other run took it: taken again with token %s", topology_id, token)
 
     def next_epoch(self, topology_id: str) -> int:
         return int(self.redis.incr(ctl_key(topology_id, "epoch"))) - 1
