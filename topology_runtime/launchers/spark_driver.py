@@ -40,6 +40,7 @@ from ..supervisor.run_supervisor import RunSupervisor
 from ..worker.worker import WorkerSpec, run_worker
 from . import spark_failures as failures
 from .local import load_topology
+from .spark_placement import Placement
 
 log = logging.getLogger("topology.driver")
 EXIT_ALREADY_LIVE = 5
@@ -75,11 +76,7 @@ def _first_line(e: BaseException) -> str:
 
 def _fail_now(sup: RunSupervisor, error: str, errors: list[dict] = ()) -> None:
     """End the run as failed without a relaunch; ``errors`` (with tracebacks) go into its status."""
-    with sup.lock:
-        sup.errors.extend(errors)
-        del sup.errors[:-50]
-        # RunSupervisor has no public "fail now" yet (asked of the supervisor's owner).
-        sup._fail(error)  # noqa: SLF001
+    sup.fail(error, errors)
     sup.all_stopped()  # no worker is running: the run is final at once
 
 
@@ -200,15 +197,18 @@ def main(argv: list[str] | None = None) -> int:
             if lost.is_set():
                 sup.request_kill()
             reporter.tick()
+            placement.watch()  # fewer workers than asked for: grow back when the slots return
             if sup.done.is_set():
                 sc.cancelAllJobs()  # workers that ignored "stop" (hung user code) must not hold the driver
                 stop_monitor.wait(1.0)
 
+    placement = Placement(sc, sup, plan)
     monitor_thread = threading.Thread(target=monitor, name="supervisor", daemon=True)
     monitor_thread.start()
     exit_code = _check_slots(sc, sup, plan.workers, sc.master)  # None: enough slots for the barrier stage
     try:
         while exit_code is None:
+            plan = placement.plan
             epoch = control.next_epoch(args.name)
             log.info("launching %d worker(s) as a barrier stage (epoch %d)", plan.workers, epoch)
             group = f"topology-{args.name}-{epoch}"
@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
                 if sup.done.is_set():
                     break
             exit_code = _unrecoverable(sc, sup, group)  # errors a relaunch cannot fix end the run now
-            if exit_code is not None or not sup.stage_failed(reason):
+            if exit_code is not None or not placement.relaunch(reason):
                 break
     except KeyboardInterrupt:
         sup.request_kill()

@@ -22,13 +22,12 @@ from ..api.status import (
     KILLED,
     RUNNING,
     STARTING,
-    ComponentStats,
-    LatencyHistogram,
     RunStatus,
 )
-from ..plan.planner import ACKER, Plan
+from ..plan.planner import Plan
 from ..transport.messages import Control
 from ..transport.sockets import ControlServer
+from .stats import add_task_stats, component_stats
 
 if TYPE_CHECKING:
     from .checkpoints import ExactlyOnceCheckpoints
@@ -37,7 +36,6 @@ log = logging.getLogger("topology.supervisor")
 
 PROBE_INTERVAL = 0.1
 MAX_STARTUP_FAILURES = 3
-_COUNTERS = ("emitted", "acked", "failed", "replayed", "executed", "timed_out")
 
 
 @dataclass
@@ -57,22 +55,6 @@ class WorkerSlot:
     identity: bytes | None = None  # the connection its authenticated hello came from
 
 
-def _add_task_stats(into: dict, task: int, s: dict) -> None:
-    cur = into.get(task)
-    if cur is None:
-        into[task] = {k: s.get(k, 0) for k in _COUNTERS} | {
-            "execute": LatencyHistogram.from_dict(s.get("execute", {})).to_dict(),
-            "complete": LatencyHistogram.from_dict(s.get("complete", {})).to_dict(),
-        }
-        return
-    for k in _COUNTERS:
-        cur[k] = cur.get(k, 0) + s.get(k, 0)
-    for h in ("execute", "complete"):
-        merged = LatencyHistogram.from_dict(cur[h])
-        merged.merge(s.get(h, {}))
-        cur[h] = merged.to_dict()
-
-
 class RunSupervisor:
     def __init__(self, name: str, plan: Plan, host: str = "127.0.0.1", restart_all_on_failure: bool = False) -> None:
         self.restart_all_on_failure = restart_all_on_failure
@@ -88,6 +70,7 @@ class RunSupervisor:
         self.restarts = 0
         self.max_restarts = int(plan.conf.get("topology.max.restarts", 10))
         self.started_at = time.time()
+        self.running_since: float | None = None  # monotonic time the workers were all ready
         self.lock = threading.Lock()
         self.done = threading.Event()
         self._peers_sent = False
@@ -144,9 +127,26 @@ class RunSupervisor:
                         self.name, index, exitcode, self.restarts, self.max_restarts)
             return True
 
-    def stage_failed(self, reason: str) -> bool:
-        """Every worker ended at once (a Spark barrier stage failed). True: relaunch them all."""
+    def fail(self, error: str, errors: list[dict] | tuple = ()) -> None:
+        """End the run as failed, now (a launcher found an error no relaunch can fix); ``errors``
+        (with tracebacks) go into its status."""
         with self.lock:
+            self._add_errors(list(errors))
+            self._fail(error)
+
+    def request_relaunch(self) -> None:
+        """Stop every worker so the launcher starts them again (a re-plan, e.g. to grow back);
+        not a failure: it uses no restart."""
+        with self.lock:
+            if self._stop_reason is None and not self.restart_all_requested:
+                self.restart_all_requested = True
+                self._send_all({"t": Control.STOP})
+
+    def stage_failed(self, reason: str, give_up: bool | None = None) -> bool:
+        """Every worker ended at once (a Spark barrier stage failed). True: relaunch them all.
+        ``give_up`` is the launcher's back-off decision (None: count against topology.max.restarts)."""
+        with self.lock:
+            self.running_since = None
             if self._stop_reason is not None or self.state in FINAL_STATES:
                 for slot in self.slots.values():
                     slot.stopped = True
@@ -160,7 +160,10 @@ class RunSupervisor:
                 last = next((e for e in reversed(self.errors) if e.get("fatal")), None)
                 self._fail(f"worker {startup[0].index} failed to start {startup[0].startup_failures} times"
                            + (f": {last['error']}" if last else ""))
-            elif self.restarts >= self.max_restarts:
+            elif give_up:
+                self._fail(f"workers died ({reason}) {self.max_restarts + 1} times in a row, none of the launches "
+                           f"staying up topology.restart.backoff.reset.secs; giving up")
+            elif give_up is None and self.restarts >= self.max_restarts:
                 self._fail(f"workers died ({reason}) and the restart limit "
                            f"(topology.max.restarts={self.max_restarts}) is used up")
             else:
@@ -186,7 +189,7 @@ class RunSupervisor:
             for slot in self.slots.values():
                 self._retire(slot)
                 for task, s in slot.carried.items():
-                    _add_task_stats(self._carried, task, s)
+                    add_task_stats(self._carried, task, s)
             log.warning("run %s: re-planned from %d to %d worker(s)", self.name, self.plan.workers, plan.workers)
             self.plan = plan
             self.slots = {i: WorkerSlot(i) for i in range(plan.workers)}
@@ -312,6 +315,7 @@ class RunSupervisor:
             slot.startup_failures = 0
             if self.state == STARTING and all(s.ready for s in self.slots.values()):
                 self.state = RUNNING
+                self.running_since = time.monotonic()
                 log.info("run %s: running on %d worker(s)", self.name, len(self.slots))
         elif t in (Control.STATS, Control.STOPPED):
             slot.stats = msg["stats"].get("tasks", {})
@@ -348,7 +352,7 @@ class RunSupervisor:
 
     def _retire(self, slot: WorkerSlot) -> None:
         for task, s in slot.stats.items():
-            _add_task_stats(slot.carried, task, s)
+            add_task_stats(slot.carried, task, s)
         slot.stats = {}
         slot.ready = False
 
@@ -407,35 +411,9 @@ class RunSupervisor:
         self.done.set()
 
     def _status(self) -> RunStatus:
-        plan = self.plan
-        per_task: dict[int, dict] = {}
-        for task, s in self._carried.items():
-            _add_task_stats(per_task, int(task), s)
-        for slot in self.slots.values():
-            for task, s in slot.carried.items():
-                _add_task_stats(per_task, int(task), s)
-            for task, s in slot.stats.items():
-                _add_task_stats(per_task, int(task), s)
-        live_queue = {int(t): s.get("queue", 0) for slot in self.slots.values() for t, s in slot.stats.items()}
-        components: dict[str, ComponentStats] = {}
-        system: dict[str, ComponentStats] = {}
-        for cid, tasks in plan.component_tasks.items():
-            cs = ComponentStats(tasks=len(tasks))
-            ex_h, co_h = LatencyHistogram(), LatencyHistogram()
-            for t in tasks:
-                s = per_task.get(t)
-                if not s:
-                    continue
-                for k in _COUNTERS:
-                    setattr(cs, k, getattr(cs, k) + s.get(k, 0))
-                cs.queue_depth += live_queue.get(t, 0)
-                ex_h.merge(s["execute"])
-                co_h.merge(s["complete"])
-            cs.execute_latency_ms = ex_h.mean
-            cs.complete_latency_ms = co_h.mean
-            cs.complete_latency_p50_ms = co_h.percentile(50)
-            cs.complete_latency_p99_ms = co_h.percentile(99)
-            (system if cid == ACKER else components)[cid] = cs
+        slots = self.slots.values()
+        components, system = component_stats(self.plan, [self._carried, *(s.carried for s in slots)],
+                                             [s.stats for s in slots])
         return RunStatus(
             name=self.name, state=self.state, error=self.error, components=components,
             system_components=system, restarts=self.restarts, errors=list(self.errors),
@@ -471,6 +449,7 @@ class RunSupervisor:
                 slot.address = None
             self._peers_sent = False
             self.state = STARTING
+            self.running_since = None
             self.restart_all_requested = False
             self._last_quiet = None
             self.eo_recover()

@@ -1,0 +1,55 @@
+"""A run's figures from its workers' reports: per-task counters and latency histograms summed
+over incarnations (and plans), then per component."""
+
+from __future__ import annotations
+
+from ..api.status import ComponentStats, LatencyHistogram
+from ..plan.planner import ACKER, Plan
+
+COUNTERS = ("emitted", "acked", "failed", "replayed", "executed", "timed_out")
+
+
+def add_task_stats(into: dict, task: int, s: dict) -> None:
+    cur = into.get(task)
+    if cur is None:
+        into[task] = {k: s.get(k, 0) for k in COUNTERS} | {
+            "execute": LatencyHistogram.from_dict(s.get("execute", {})).to_dict(),
+            "complete": LatencyHistogram.from_dict(s.get("complete", {})).to_dict(),
+        }
+        return
+    for k in COUNTERS:
+        cur[k] = cur.get(k, 0) + s.get(k, 0)
+    for h in ("execute", "complete"):
+        merged = LatencyHistogram.from_dict(cur[h])
+        merged.merge(s.get(h, {}))
+        cur[h] = merged.to_dict()
+
+
+def component_stats(plan: Plan, finished: list[dict], live: list[dict]) -> tuple[dict, dict]:
+    """(user components, system components) -> ComponentStats, from the stats of finished
+    incarnations and of the live ones (whose queue depths count)."""
+    per_task: dict[int, dict] = {}
+    for group in (*finished, *live):
+        for task, s in group.items():
+            add_task_stats(per_task, int(task), s)
+    live_queue = {int(t): s.get("queue", 0) for group in live for t, s in group.items()}
+    components: dict[str, ComponentStats] = {}
+    system: dict[str, ComponentStats] = {}
+    for cid, tasks in plan.component_tasks.items():
+        cs = ComponentStats(tasks=len(tasks))
+        ex_h, co_h = LatencyHistogram(), LatencyHistogram()
+        for t in tasks:
+            s = per_task.get(t)
+            if not s:
+                continue
+            for k in COUNTERS:
+                setattr(cs, k, getattr(cs, k) + s.get(k, 0))
+            cs.queue_depth += live_queue.get(t, 0)
+            ex_h.merge(s["execute"])
+            co_h.merge(s["complete"])
+        cs.execute_latency_ms = ex_h.mean
+        cs.complete_latency_ms = co_h.mean
+        cs.complete_latency_p50_ms = co_h.percentile(50)
+        cs.complete_latency_p99_ms = co_h.percentile(99)
+        (system if cid == ACKER else components)[cid] = cs
+    return components, system
