@@ -14,6 +14,7 @@ startup nodes (port 6379 when omitted); a Redis Cluster has db 0 only.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -190,6 +191,5 @@ def is_cluster(client: Any) -> bool:
 
     if isinstance(client, RedisCluster):
         return True
-    from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-
-    return isinstance(client, AsyncRedisCluster)
+    aio = sys.modules.get("redis.asyncio.cluster")  # not loaded: no asyncio cluster client exists
+    return aio is not None and isinstance(client, aio.RedisCluster)

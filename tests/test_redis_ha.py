@@ -197,6 +197,9 @@ def test_commits_wait_for_a_replica(redis_sentinel, sentinel_url):
     assert _waits(master) - before >= 7
     # acknowledged means on the replica
     assert replica.hget(task_key("w", 1, "txid"), "commit") == b"1" and replica.get(current_key("wtx")) == b"3"
+    with pytest.raises(redis.ResponseError, match="boom"):  # an error inside EXEC is raised ...
+        atomic(client, "k", [("SET", "k", 1), ("EVAL", "return redis.error_reply('boom')", 0)], Replication(1))
+    assert atomic(client, "k", [("INCR", "k")], Replication(1)) == [2]  # ... and the connection stays usable
     with pytest.raises(NotReplicated, match="1 of 2 replica"):
         save_checkpoint(client, "w", CheckPointState(2, PREPARING), Replication(2, 100))
     proc = redis_sentinel.procs[redis_sentinel.replica_port]
