@@ -192,6 +192,14 @@ def resolve_config(conf: Mapping[str, Any] | None, workers: int | None = None) -
         out[k] = _bool(k, out[k])
     for k in ("topology.tick.tuple.freq.secs", "topology.transactional.progress.secs"):
         out[k] = _positive_number(k, out[k], allow_none=True)
+    k = "topology.stats.interval.secs"  # also how often workers look for a vanished supervisor
+    out[k] = _positive_number(k, out[k])
+    if out[k] > 60:
+        raise ConfigError(f"config key {k!r}: at most 60 (seconds), got {out[k]!r}")
+    k = "topology.sleep.spout.wait.strategy.time.ms"
+    out[k] = _positive_number(k, out[k], zero=True)
+    k = "topology.max.error.report.per.interval"
+    out[k] = _positive_number(k, out[k], integer=True, zero=True)
     for k in ("topology.restart.backoff.initial.secs", "topology.restart.backoff.max.secs",
               "topology.restart.backoff.reset.secs"):
         out[k] = _positive_number(k, out[k], zero=True)

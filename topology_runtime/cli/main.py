@@ -14,6 +14,9 @@ from ..api.config import ConfigError, coerce_cli_value
 from ..api.status import FINAL_STATES
 from ..control.control_plane import RunAlreadyLive
 
+EXIT_INVALID = 4  # an invalid topology, config, id or argument: nothing was started or written
+EXIT_REDIS = 9  # Redis cannot be reached or refused the credentials
+
 
 def _conf_pairs(pairs: Sequence[str] | None) -> dict:
     conf: dict = {}
@@ -58,7 +61,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 status = run.kill()
     except (TopologyError, ConfigError) as e:
         print(f"topology: {e}", file=sys.stderr)
-        return 4
+        return EXIT_INVALID
     except RunAlreadyLive as e:
         print(f"topology: {e}", file=sys.stderr)
         return 5
@@ -195,8 +198,14 @@ def cmd_redis(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # a usage error is invalid input (4), never 2 (which means killed)
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_INVALID, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="topology", description="Run Storm-style topologies in Python.")
+    p = _Parser(prog="topology", description="Run Storm-style topologies in Python.")
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="run a bounded topology on local worker processes (LocalCluster)")
@@ -267,7 +276,29 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     sys.path.insert(0, os.getcwd())  # a user's topology module is found from the working directory too
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    import redis
+
+    from state.layout import InvalidTopologyId, check_topology_id
+
+    try:
+        for given in (getattr(args, "id", None), getattr(args, "name", None)):
+            if given is not None:
+                check_topology_id(given)  # before anything is started or written
+        return args.func(args)
+    except (InvalidTopologyId, TopologyError, ConfigError) as e:
+        print(f"topology: {e}", file=sys.stderr)
+        return EXIT_INVALID
+    except redis.AuthenticationError as e:
+        print(f"topology: Redis refused the credentials ({e}); check the password in the URL", file=sys.stderr)
+        return EXIT_REDIS
+    except redis.ResponseError as e:
+        if "NOAUTH" not in str(e) and "WRONGPASS" not in str(e):
+            raise
+        print(f"topology: Redis refused the credentials ({e}); check the password in the URL", file=sys.stderr)
+        return EXIT_REDIS
+    except redis.ConnectionError as e:
+        print(f"topology: cannot reach Redis: {e}", file=sys.stderr)
+        return EXIT_REDIS
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import logging
 import multiprocessing
+import re
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -28,23 +29,36 @@ class TopologyFailed(RuntimeError):
         self.status = status
 
 
+_MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
 def load_topology(ref: Any) -> Topology:
     """A Topology, a function returning one, or "package.module:attribute" naming either."""
     obj = ref
     if isinstance(ref, str):
         mod_name, _, attr = ref.partition(":")
-        if not mod_name or not attr:
-            raise TopologyError(f"topology reference {ref!r} must look like 'package.module:attribute'")
+        if not _MODULE.fullmatch(mod_name) or not attr.isidentifier():
+            raise TopologyError(f"topology reference {ref!r} must look like 'package.module:attribute' "
+                                "(a module on PYTHONPATH, not a file path)")
         try:
             module = importlib.import_module(mod_name)
-        except ImportError as e:
-            raise TopologyError(f"topology reference {ref!r}: cannot import {mod_name!r}: {e}") from e
+        except SyntaxError as e:
+            raise TopologyError(f"topology reference {ref!r}: {mod_name!r} has a syntax error: {e.msg} "
+                                f"({e.filename}, line {e.lineno})") from e
+        except Exception as e:  # noqa: BLE001 - whatever the module raised while importing: the user's bug
+            raise TopologyError(f"topology reference {ref!r}: importing {mod_name!r} raised "
+                                f"{type(e).__name__}: {e}") from e
         try:
             obj = getattr(module, attr)
         except AttributeError:
             raise TopologyError(f"topology reference {ref!r}: module {mod_name!r} has no attribute {attr!r}") from None
     if callable(obj) and not isinstance(obj, Topology):
-        obj = obj()
+        try:
+            obj = obj()
+        except TopologyError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the user's factory raised
+            raise TopologyError(f"topology reference {ref!r}: calling it raised {type(e).__name__}: {e}") from e
     if not isinstance(obj, Topology):
         raise TopologyError(f"{ref!r} is a {type(obj).__name__}, not a Topology (use TopologyBuilder.create_topology())")
     return obj
@@ -74,8 +88,12 @@ class LocalRun:
         if redis_url:  # optional: makes the run visible to `topology status/list/kill`
             from ..control.control_plane import ControlPlane, LeaseKeeper
 
-            self.control = ControlPlane(redis_url)
-            token = self.control.register(name, "local", self.plan.workers)
+            try:
+                self.control = ControlPlane(redis_url)
+                token = self.control.register(name, "local", self.plan.workers)
+            except BaseException:
+                self.supervisor.close()  # its sockets: left open, the next run's zmq term would hang
+                raise
             self.keeper = LeaseKeeper(self.control, name, token, lambda: self.supervisor.request_kill())
         from ..control.reporter import RunReporter
 

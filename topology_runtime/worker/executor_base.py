@@ -6,12 +6,15 @@ the process only through its ``WorkerPort``."""
 from __future__ import annotations
 
 import logging
+import time
 import traceback
 from typing import Any
 
 from ..api.status import LatencyHistogram
 from .port import WorkerPort
 from .routing import Route
+
+REPEAT_LOG_SECS = 10.0
 
 
 class TaskStats:
@@ -44,6 +47,7 @@ class BaseExecutor:
         self.instance = instance
         self.routes = routes
         self.stats = TaskStats()
+        self._errors_seen: dict[tuple, list] = {}  # error kind -> [repeats not logged, last logged]
         self.log = logging.LoggerAdapter(
             logging.getLogger("topology.task"), {"component": component, "task": task}
         )
@@ -75,8 +79,24 @@ class BaseExecutor:
         return [task]
 
     def report_error(self, what: str, exc: BaseException) -> None:
+        """To the run's status (capped per stats interval by the worker) and to the log: an error
+        first seen here is logged with its traceback; the same error again (same type, raised at
+        the same line) at most once per REPEAT_LOG_SECS, as one line with how often it repeated."""
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        self.log.error("%s raised %s: %s\n%s", what, type(exc).__name__, exc, tb.rstrip())
         self.port.record_error(self.component, self.task, f"{what}: {type(exc).__name__}: {exc}", tb)
+        frames = traceback.extract_tb(exc.__traceback__)
+        key = (type(exc).__name__, frames[-1].filename, frames[-1].lineno) if frames else (type(exc).__name__,)
+        now = time.monotonic()
+        seen = self._errors_seen.get(key)
+        if seen is None:
+            if len(self._errors_seen) < 256:
+                self._errors_seen[key] = [0, now]
+            self.log.error("%s raised %s: %s\n%s", what, type(exc).__name__, exc, tb.rstrip())
+            return
+        seen[0] += 1
+        if now - seen[1] >= REPEAT_LOG_SECS:
+            self.log.error("%s raised %s: %s (the same error %d time(s) in %.0f s; traceback logged the first time)",
+                           what, type(exc).__name__, exc, seen[0], now - seen[1])
+            seen[0], seen[1] = 0, now
 
 
