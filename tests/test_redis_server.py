@@ -14,6 +14,7 @@ from topology_runtime.control.redis_server import (
     RedisServer,
     find_redis_server_binary,
     free_port,
+    project_password,
     project_redis_url,
     resolve_redis_url,
     stop_project_redis,
@@ -104,7 +105,7 @@ def project(tmp_path, monkeypatch):
     monkeypatch.setenv("TOPOLOGY_REDIS_PORT", str(port))
     monkeypatch.setenv("TOPOLOGY_HOME", str(tmp_path))
     monkeypatch.delenv("TOPOLOGY_REDIS_URL", raising=False)
-    yield tmp_path, f"redis://127.0.0.1:{port}/0"
+    yield tmp_path, f"redis://:{project_password(tmp_path)}@127.0.0.1:{port}/0"
     stop_project_redis(tmp_path)
 
 
@@ -169,5 +170,20 @@ def test_resolve_precedence(project, monkeypatch):
     monkeypatch.delenv("TOPOLOGY_REDIS_URL")
     url, how = resolve_redis_url(None)
     assert url == project_url and _answers(url)  # started on demand
-    assert how.startswith("project-local Redis at " + url)
+    assert how.startswith("project-local Redis at redis://:***@127.0.0.1:"), how  # never the password
+    assert project_password(root) not in how
     assert str(root / ".topology" / "redis") in how
+
+
+def test_project_redis_has_a_generated_password_in_a_private_file(project):
+    root, url = project
+    password_file = root / ".topology" / "redis" / "password"
+    assert (password_file.stat().st_mode & 0o777) == 0o600
+    project_redis_url(root)
+    with pytest.raises(redis.AuthenticationError):
+        redis.Redis.from_url(url.replace(project_password(root), "wrong")).ping()
+    with pytest.raises((redis.AuthenticationError, redis.ResponseError)):  # no password: refused
+        redis.Redis(port=int(url.rsplit(":", 1)[1].split("/")[0])).ping()
+    assert redis.Redis.from_url(url).ping()
+    pid = int((root / ".topology" / "redis" / "redis.pid").read_text())
+    assert project_password(root) not in Path(f"/proc/{pid}/cmdline").read_text()  # not in ps

@@ -96,6 +96,19 @@ def _client_env(master: str, parts: SubmitParts) -> dict[str, str] | None:
     return env
 
 
+def mask_url_secret(url: str | None) -> None:
+    """Register a Redis URL's password (and the URL) with Airflow's secret masker: task logs
+    show *** wherever they would show it."""
+    from urllib.parse import urlparse
+
+    password = urlparse(url).password if url else None
+    if password:
+        from airflow.sdk.log import mask_secret
+
+        mask_secret(password)
+        mask_secret(url)
+
+
 class TopologyHook(BaseHook):
     conn_name_attr = "conn_id"
     default_conn_name = "spark_default"
@@ -114,6 +127,7 @@ class TopologyHook(BaseHook):
 
             self._redis_url, where = resolve_redis_url(None)
             self.log.info("Redis: %s", where)
+        mask_url_secret(self._redis_url)
         return self._redis_url
 
     @property

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import atexit
+import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -13,7 +15,9 @@ from pathlib import Path
 
 import redis
 
-from state.connection import connect
+from state.connection import connect, redacted
+
+log = logging.getLogger(__name__)
 
 PROJECT_PORT = 6390
 
@@ -54,22 +58,32 @@ class RedisServer:
     """A redis-server child process on a loopback port, with its data in ``data_dir``."""
 
     def __init__(self, data_dir: str | Path, port: int | None = None, appendonly: bool = True,
-                 appendfsync: str = "everysec") -> None:
+                 appendfsync: str = "everysec", password: str | None = None) -> None:
         self.data_dir = Path(data_dir).resolve()  # absolute: redis-server chdirs into --dir
         self.port = port or free_port()
         self.appendonly = appendonly
         self.appendfsync = appendfsync
+        self.password = password
         self.proc: subprocess.Popen | None = None
         self._atexit = False
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def args(self) -> list[str]:
-        return [find_redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
+        args = [find_redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
                 "--dir", str(self.data_dir), "--save", "", "--appendonly", "yes" if self.appendonly else "no",
                 "--appendfsync", self.appendfsync, "--protected-mode", "no"]
+        if self.password:
+            # A config file, not --requirepass: a command line is readable by anyone (ps).
+            conf = self.data_dir / "auth.conf"
+            fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(f'requirepass "{self.password}"\n')
+            args.insert(1, str(conf))
+        return args
 
     def start(self) -> RedisServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -123,15 +137,37 @@ def _project_dir(root: Path | None) -> Path:
     return (Path(root or os.environ.get("TOPOLOGY_HOME") or os.getcwd()) / ".topology" / "redis").resolve()
 
 
-def project_redis_url(root: Path | None = None, start: bool = True) -> str:
-    """The project-local Redis: started in the background on first use, reused afterwards."""
-    port = int(os.environ.get("TOPOLOGY_REDIS_PORT", PROJECT_PORT))
-    url = f"redis://127.0.0.1:{port}/0"
-    if _ping(url) or not start:
-        return url
+def project_password(root: Path | None = None) -> str:
+    """The project-local Redis's password: generated once into ``.topology/redis/password``
+    (mode 0600, ignored by git)."""
     d = _project_dir(root)
     d.mkdir(parents=True, exist_ok=True)
-    server = RedisServer(d, port=port, appendonly=True)
+    path = d / "password"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text().strip()
+    password = secrets.token_urlsafe(24)
+    with os.fdopen(fd, "w") as f:
+        f.write(password + "\n")
+    return password
+
+
+def project_redis_url(root: Path | None = None, start: bool = True) -> str:
+    """The project-local Redis (password-protected): started in the background on first use,
+    reused afterwards."""
+    port = int(os.environ.get("TOPOLOGY_REDIS_PORT", PROJECT_PORT))
+    url = f"redis://:{project_password(root)}@127.0.0.1:{port}/0"
+    if _ping(url) or not start:
+        return url
+    legacy = f"redis://127.0.0.1:{port}/0"
+    if _ping(legacy):  # started by an older version, without a password: keep using it
+        log.warning("the project-local Redis on port %d has no password; `topology redis stop` and the next "
+                    "command starts it with one", port)
+        return legacy
+    d = _project_dir(root)
+    d.mkdir(parents=True, exist_ok=True)
+    server = RedisServer(d, port=port, appendonly=True, password=project_password(root))
     args = server.args() + ["--daemonize", "yes", "--pidfile", str(d / "redis.pid"),
                             "--logfile", str(d / "redis.log")]
     done = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -148,8 +184,9 @@ def project_redis_url(root: Path | None = None, start: bool = True) -> str:
 def stop_project_redis(root: Path | None = None) -> bool:
     """Shut the project-local Redis down (AOF flushed); False if none was running."""
     port = int(os.environ.get("TOPOLOGY_REDIS_PORT", PROJECT_PORT))
-    url = f"redis://127.0.0.1:{port}/0"
-    if not _ping(url):
+    url = next((u for u in (f"redis://:{project_password(root)}@127.0.0.1:{port}/0", f"redis://127.0.0.1:{port}/0")
+                if _ping(u)), None)
+    if url is None:
         return False
     try:
         connect(url).shutdown(nosave=False)
@@ -166,4 +203,4 @@ def resolve_redis_url(cli_value: str | None) -> tuple[str, str]:
     if env:
         return env, "from TOPOLOGY_REDIS_URL"
     url = project_redis_url()
-    return url, f"project-local Redis at {url} (data in {_project_dir(None)})"
+    return url, f"project-local Redis at {redacted(url)} (data in {_project_dir(None)})"

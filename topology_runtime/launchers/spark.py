@@ -39,6 +39,9 @@ DEFAULT_SPARK_CONF = {
 }
 
 
+EXECUTOR_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
 def master_host(master: str) -> str | None:
     """The (first) host of a ``spark://`` or ``k8s://`` master URL; None for yarn and local."""
     if master.startswith("k8s://"):
@@ -130,6 +133,10 @@ def submit_parts(master: str, topology: Any, workers: int, spark_conf: Mapping[s
         # Python workers talk to their JVM over Unix sockets, not loopback TCP ports (the socket
         # lives in java.io.tmpdir: short on standalone nodes; YARN's container dirs may be too long).
         conf.setdefault("spark.python.unix.domain.socket.enabled", "true")
+    if not is_local_master(master):
+        # An executor JVM only relays for its Python workers (barrier syncs, task plumbing): C1
+        # alone and the serial collector start it ~1-3 s sooner (bench/README.md), at no cost here.
+        conf.setdefault("spark.executor.extraJavaOptions", EXECUTOR_JAVA_OPTIONS)
     host = driver_host(master, env, user)
     if host:
         conf["spark.driver.host"] = host
@@ -140,16 +147,24 @@ def submit_parts(master: str, topology: Any, workers: int, spark_conf: Mapping[s
 def driver_args(name: str, topology_ref: str | None, topology_file: str | None, workers: int,
                 conf: Mapping[str, Any] | None, redis_url: str, progress_interval: float = 5.0,
                 log_file: str | None = None) -> list[str]:
-    import json
-
-    args = ["--name", name, "--workers", str(workers), "--redis", redis_url,
+    args = ["--name", name, "--workers", str(workers), "--settings", write_settings(redis_url, conf),
             "--progress-interval", str(progress_interval or 0)]
     args += ["--topology", topology_ref] if topology_ref else ["--topology-file", str(topology_file)]
-    for k, v in (conf or {}).items():
-        args += ["--conf", f"{k}={v if isinstance(v, str) else json.dumps(v)}"]
     if log_file:
         args += ["--log-file", log_file]
     return args
+
+
+def write_settings(redis_url: str, conf: Mapping[str, Any] | None) -> str:
+    """The driver's Redis URL and topology config (either may hold a password) in a file only
+    this user can read; its path goes on the command line instead of them (a command line is
+    readable by anyone on the machine, and spark-submit's is logged). The driver deletes it."""
+    import json
+
+    fd, path = tempfile.mkstemp(prefix="topology-driver-", suffix=".json")  # mode 0600
+    with os.fdopen(fd, "w") as f:
+        json.dump({"redis": redis_url, "conf": dict(conf or {})}, f)
+    return path
 
 
 def spark_submit_command(master: str, app_args: list[str], spark_conf: Mapping[str, str] | None = None,

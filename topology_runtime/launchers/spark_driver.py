@@ -140,7 +140,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--name", required=True)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--redis", required=True)
+    p.add_argument("--settings", help="a 0600 JSON file {redis, conf} written by the submitter; read, then deleted")
+    p.add_argument("--redis", help="the control plane's Redis (prefer --settings: a command line is public)")
     p.add_argument("--progress-interval", type=float, default=5.0, help="seconds between progress lines; 0: none")
     p.add_argument("--log-file", default=None)
     return p.parse_args(argv)
@@ -153,9 +154,20 @@ def main(argv: list[str] | None = None) -> int:
     for noisy in ("py4j", "pyspark"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     conf = {}
+    if args.settings:
+        import json
+
+        with open(args.settings) as f:
+            settings = json.load(f)
+        os.unlink(args.settings)  # read once: the secrets in it live on only in this process
+        args.redis = args.redis or settings.get("redis")
+        conf.update(settings.get("conf") or {})
     for item in args.conf:
         k, _, v = item.partition("=")
         conf[k] = coerce_cli_value(v)
+    if not args.redis:
+        print("error: no Redis URL (--settings or --redis)", flush=True)
+        return EXIT_BAD_TOPOLOGY
     try:
         if args.topology_file:
             with open(args.topology_file, "rb") as f:
