@@ -6,7 +6,14 @@ words drawn with random.Random(42) from the vocabulary w0..w9999. Topology: spou
 a rate-limited run at half the measured maximum (latency without queueing), and the same word
 count as a bare Python loop in one process (the ceiling).
 
-    python bench/throughput.py [--sentences N] [--workers 1,2] [--launcher local|spark]
+    python bench/throughput.py [--sentences N] [--workers 1,2] [--launcher local|spark|standalone]
+
+``spark`` is Spark ``local[2]`` (or ``--master URL``); ``standalone`` starts a Spark standalone
+cluster on this machine for the run (tests/spark_standalone.py: a master and two 1-core workers
+in mount namespaces without the project, on 127.0.0.3/.4; needs root) and submits to it from
+127.0.0.2 with the code and environment shipped (docs/cluster.md). For Spark launchers the rows
+also give the start-up: spark-submit -> barrier stage launched -> every worker ready -> first
+tuple, from the driver's log.
 """
 
 from __future__ import annotations
@@ -113,15 +120,35 @@ def build(sentences: list[str], workers: int, rate: float | None = None):
     return b.create_topology()
 
 
+MASTERS: dict[str, str] = {}  # launcher -> Spark master URL (--master, the standalone cluster)
+
+
 def make_cluster(launcher: str, workers: int, redis_url: str | None):
     if launcher == "local":
         return LocalCluster(workers=workers)
-    if launcher == "spark":
+    if launcher in ("spark", "standalone"):
         from topology_runtime.launchers.spark import SparkCluster
 
-        return SparkCluster(master=f"local[{max(2, workers)}]", workers=workers, redis_url=redis_url,
-                            progress_interval=None)
+        master = MASTERS.get(launcher) or f"local[{max(2, workers)}]"
+        return SparkCluster(master=master, workers=workers, redis_url=redis_url, progress_interval=1)
     raise SystemExit(f"unknown launcher {launcher!r}")
+
+
+def _log_time(line: str) -> float:
+    from datetime import datetime
+
+    return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def startup_phases(log: str, t0: float) -> dict:
+    """Seconds after submit at which the driver launched the barrier stage and every worker was
+    ready, from the driver's log lines."""
+    out = {}
+    for line in log.splitlines():
+        for key, marker in (("launched_secs", " worker(s) as a barrier stage"), ("ready_secs", ": running on ")):
+            if marker in line and key not in out and line[:4].isdigit():
+                out[key] = round(_log_time(line) - t0, 3)
+    return out
 
 
 def run_variant(launcher: str, sentences: list[str], workers: int, acking: bool, rate: float | None = None,
@@ -134,6 +161,7 @@ def run_variant(launcher: str, sentences: list[str], workers: int, acking: bool,
     t0 = time.time()
     with make_cluster(launcher, workers, redis_url) as cluster:
         status = cluster.run(name, build(sentences, workers, rate / workers if rate else None), conf, timeout=1800)
+        phases = startup_phases(cluster.runs[name].log(), t0) if launcher != "local" else {}
     wall = time.time() - t0
     marks = [json.loads(p.read_text()) for p in Path(outdir).glob("spout-*")]
     counts = [json.loads(p.read_text()) for p in Path(outdir).glob("count-*")]
@@ -147,7 +175,7 @@ def run_variant(launcher: str, sentences: list[str], workers: int, acking: bool,
         "launcher": launcher, "workers": workers, "acking": acking, "paced": rate,
         "wall_secs": round(wall, 3), "words_per_sec_wall": round(words / wall),
         "words_per_sec": round(words / max(1e-9, last - first)),
-        "startup_secs": round(first - t0, 3),
+        "startup_secs": round(first - t0, 3), **phases,
         "p50_ms": s.complete_latency_p50_ms if acking else None,
         "p99_ms": s.complete_latency_p99_ms if acking else None,
         "counted_ok": counted == words, "state": status.state,
@@ -184,7 +212,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sentences", type=int, default=100_000)
     p.add_argument("--workers", default="1,2")
-    p.add_argument("--launcher", default="local", help="local, spark, or both: local,spark (prints Spark/local ratios)")
+    p.add_argument("--launcher", default="local",
+                   help="comma-separated: local, spark (local[2] or --master), standalone (a Spark standalone "
+                        "cluster started for the run); prints Spark/local ratios")
+    p.add_argument("--master", default=None, help="Spark master for the spark launcher (default local[2])")
     p.add_argument("--repeat", type=int, default=1, help="best of K for each variant")
     p.add_argument("--skip-half-load", action="store_true")
     p.add_argument("--redis", default=None, help="Redis for the spark launcher's control plane")
@@ -192,32 +223,89 @@ def main(argv: list[str] | None = None) -> int:
     sentences = make_sentences(args.sentences)
     workers = [int(w) for w in args.workers.split(",")]
     launchers = args.launcher.split(",")
-    if not set(launchers) <= {"local", "spark"}:
-        raise SystemExit(f"--launcher: expected local and/or spark, got {args.launcher!r}")
+    if not set(launchers) <= {"local", "spark", "standalone"}:
+        raise SystemExit(f"--launcher: expected local, spark and/or standalone, got {args.launcher!r}")
     redis_url = args.redis
-    if "spark" in launchers and not redis_url:
+    if {"spark", "standalone"} & set(launchers) and not redis_url:
         from topology_runtime.control.redis_server import resolve_redis_url
 
         redis_url = resolve_redis_url(None)[0]
+    if args.master:
+        MASTERS["spark"] = args.master
+    standalone = start_standalone(max(workers)) if "standalone" in launchers else None
+    try:
+        return _main(args, sentences, workers, launchers, redis_url, standalone)
+    finally:
+        if standalone is not None:
+            standalone.stop()
 
-    def best(launcher: str, **kw) -> dict:
-        runs = [run_variant(launcher, sentences, redis_url=redis_url, **kw) for _ in range(args.repeat)]
-        return max(runs, key=lambda r: r["words_per_sec"])
+
+def start_standalone(workers: int):
+    """The test suite's standalone cluster (tests/spark_standalone.py), the driver on 127.0.0.2."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from spark_standalone import StandaloneCluster, can_run
+
+    why = can_run()
+    if why:
+        raise SystemExit(f"--launcher standalone: {why}")
+    cluster = StandaloneCluster(tempfile.mkdtemp(prefix="bench-standalone-"),
+                                worker_hosts=tuple(f"127.0.0.{3 + i}" for i in range(workers)))
+    t = time.monotonic()
+    cluster.start()
+    print(f"  standalone cluster up in {time.monotonic() - t:.1f}s: {cluster.url}", file=sys.stderr, flush=True)
+    MASTERS["standalone"] = cluster.url
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.2"  # the driver's machine; local[...] runs set 127.0.0.1 themselves
+    return cluster
+
+
+def env_archive_figures() -> dict:
+    """The shipped environment: archive size, unpacked size, time to unpack (what each executor does)."""
+    import tarfile
+
+    from topology_runtime.launchers.shipping import cache_dir, deps_archive
+
+    root = Path(__file__).resolve().parent.parent
+    archive, _ = deps_archive(cache_dir(), root / "requirements.lock")
+    with tempfile.TemporaryDirectory() as tmp:
+        t = time.perf_counter()
+        with tarfile.open(archive) as tar:
+            tar.extractall(tmp, filter="data")
+        secs = time.perf_counter() - t
+        unpacked = sum(p.stat().st_size for p in Path(tmp).rglob("*") if p.is_file())
+    return {"archive": archive.name, "archive_mb": round(archive.stat().st_size / 1e6, 2),
+            "unpacked_mb": round(unpacked / 1e6, 1), "unpack_secs": round(secs, 2)}
+
+
+def _main(args, sentences, workers, launchers, redis_url, standalone) -> int:
+
+    def summarize(runs: list[dict]) -> dict:
+        """Best of K for words/s; start-up figures are the median of the K runs (noisier)."""
+        top = dict(max(runs, key=lambda r: r["words_per_sec"]))
+        for key in ("startup_secs", "launched_secs", "ready_secs"):
+            vals = sorted(r[key] for r in runs if r.get(key) is not None)
+            if vals:
+                top[key] = vals[len(vals) // 2]
+                top[key + "_all"] = [r.get(key) for r in runs]
+        return top
 
     ceiling = bare_loop(sentences)
-    rows = []
-    for launcher in launchers:
-        for w in workers:
-            for acking in (True, False):
-                r = best(launcher, workers=w, acking=acking)
-                rows.append(r)
-                print(f"  {launcher} {w} worker(s) acking {'on' if acking else 'off'}: "
-                      f"{r['words_per_sec']:,} words/s", file=sys.stderr, flush=True)
-        top = max((r for r in rows if r["acking"] and r["launcher"] == launcher),
-                  key=lambda r: (r["workers"], r["words_per_sec"]))
-        if not args.skip_half_load:
+    # Rounds interleave the launchers (local[2] and the cluster side by side under the same load).
+    variants = [(launcher, w, acking) for w in workers for acking in (True, False) for launcher in launchers]
+    runs: dict[tuple, list[dict]] = {v: [] for v in variants}
+    for _ in range(args.repeat):
+        for launcher, w, acking in variants:
+            r = run_variant(launcher, sentences, workers=w, acking=acking, redis_url=redis_url)
+            runs[(launcher, w, acking)].append(r)
+            print(f"  {launcher} {w} worker(s) acking {'on' if acking else 'off'}: {r['words_per_sec']:,} words/s, "
+                  f"first tuple after {r['startup_secs']}s", file=sys.stderr, flush=True)
+    rows = [summarize(runs[v]) for v in sorted(variants, key=lambda v: (launchers.index(v[0]), v[1], not v[2]))]
+    if not args.skip_half_load:
+        for launcher in launchers:
+            top = max((r for r in rows if r["acking"] and r["launcher"] == launcher),
+                      key=lambda r: (r["workers"], r["words_per_sec"]))
             rate = top["words_per_sec"] / 2 / WORDS_PER_SENTENCE
-            rows.append(best(launcher, workers=top["workers"], acking=True, rate=rate))
+            rows.append(summarize([run_variant(launcher, sentences, workers=top["workers"], acking=True, rate=rate,
+                                               redis_url=redis_url) for _ in range(args.repeat)]))
     rows.append(ceiling)
     print(f"\n{args.sentences:,} sentences x {WORDS_PER_SENTENCE} words, launcher {args.launcher}, "
           f"{os.cpu_count()} cores, Python {platform.python_version()}\n")
@@ -231,15 +319,31 @@ def main(argv: list[str] | None = None) -> int:
         if launcher == "spark" and ("local", w, acking) in by:
             print(f"spark / local, {w} worker(s), acking {'on' if acking else 'off'}: "
                   f"{v / by[('local', w, acking)]:.2f}")
-    if "spark" in launchers:
-        for r in rows:
-            if r.get("startup_secs") is not None and r["launcher"] == "spark":
-                print(f"spark-submit -> first emit: {r['startup_secs']:.1f}s ({r['workers']}w, acking "
-                      f"{'on' if r['acking'] else 'off'})")
+        if launcher == "standalone" and ("spark", w, acking) in by:
+            print(f"standalone / local[2], {w} worker(s), acking {'on' if acking else 'off'}: "
+                  f"{v / by[('spark', w, acking)]:.2f}")
+    spark_rows = [r for r in rows if r["launcher"] in ("spark", "standalone") and r.get("startup_secs") is not None]
+    if spark_rows:
+        print("\n| launcher | workers | acking | submit -> stage launched s | -> workers ready s | -> first tuple s |")
+        print("|---|---|---|---:|---:|---:|")
+        for r in spark_rows:
+            print(f"| {r['launcher']} | {r['workers']} | {'on' if r['acking'] else 'off'} | "
+                  f"{r.get('launched_secs', '-')} | {r.get('ready_secs', '-')} | {r['startup_secs']} |")
+        by_start = {(r["launcher"], r["workers"], r["acking"]): r["startup_secs"] for r in spark_rows
+                    if not r.get("paced")}
+        for (launcher, w, acking), v in sorted(by_start.items()):
+            if launcher == "standalone" and ("spark", w, acking) in by_start:
+                print(f"start-up standalone / local[2], {w} worker(s), acking {'on' if acking else 'off'}: "
+                      f"{v / by_start[('spark', w, acking)]:.2f}x")
+    if standalone is not None:
+        figs = env_archive_figures()
+        rows.append({"launcher": "environment", **figs})
+        print(f"\nshipped environment {figs['archive']}: {figs['archive_mb']} MB, {figs['unpacked_mb']} MB "
+              f"unpacked, {figs['unpack_secs']}s to unpack here")
     out = Path(__file__).resolve().parent / "results"
     out.mkdir(exist_ok=True)
     (out / f"throughput-{args.launcher.replace(',', '-')}.json").write_text(json.dumps(rows, indent=2))
-    return 0 if all(r["counted_ok"] for r in rows) else 1
+    return 0 if all(r.get("counted_ok", True) for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -96,6 +96,13 @@ class StandaloneCluster:
         return env
 
     def start(self, timeout: float = 90.0) -> StandaloneCluster:
+        try:
+            return self._start(timeout)
+        except BaseException:
+            self.stop()  # no half-started cluster left behind
+            raise
+
+    def _start(self, timeout: float) -> StandaloneCluster:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.mounted_home.mkdir(exist_ok=True)
         env = self._node_env(self.master_host)
@@ -159,7 +166,7 @@ class StandaloneCluster:
         try:
             with urllib.request.urlopen(f"http://{self.master_host}:{self.master_ui_port}/json/", timeout=2) as r:
                 return json.loads(r.read())
-        except OSError:
+        except (OSError, ValueError):  # not up yet, or answering with a page that is not JSON yet
             return None
 
     def alive_workers(self) -> int:
