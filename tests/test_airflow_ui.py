@@ -24,7 +24,8 @@ from topology_runtime.api.status import ComponentStats, RunStatus
 from topology_runtime.control.control_plane import ControlPlane
 
 NAME = "ui-numbers"
-EVIL = "evil<script>alert(1)</script>"
+EVIL = "evil<script>alert(1)</script>"  # not a valid id: only found in the registry
+EVIL_RUN = "evil-run"  # a valid id whose records carry markup
 PASSWORD = "ui-test-password"
 API = "/topologies/api/topologies"
 PAGES = ["/topologies/", f"/topologies/topology/{NAME}"]
@@ -78,11 +79,13 @@ def data(redis_server):
     save_checkpoint(client, NAME, CheckPointState(7, PREPARING))
     client.set(current_key(NAME), 12)
     control = ControlPlane(url)
-    token = control.register(EVIL, "local", 1)
-    status = RunStatus(EVIL, "failed", error="<b>boom</b>", components={"<i>x</i>": ComponentStats(emitted=3)},
+    token = control.register(EVIL_RUN, "local", 1)
+    status = RunStatus(EVIL_RUN, "failed", error="<b>boom</b>",
+                       components={"<i>x</i>": ComponentStats(emitted=3), EVIL: ComponentStats(emitted=1)},
                        errors=[{"component": "<i>x</i>", "task": 1, "error": "<img src=x onerror=alert(1)>",
                                 "traceback": "Traceback <script>alert(2)</script>"}])
-    control.finish(EVIL, token, status, {"0": {"host": "<h>", "heartbeat_age_secs": 1.0}})
+    control.finish(EVIL_RUN, token, status, {"0": {"host": "<h>", "heartbeat_age_secs": 1.0}})
+    client.zadd(REGISTRY, {EVIL: time.time()})  # written by something else: listed nowhere, never a key
     yield client
     client.flushall()
 
@@ -142,7 +145,8 @@ def test_api_list_matches_redis(airflow, data):
     r = tc.get(API, headers=_auth(token))
     assert r.status_code == 200
     body = r.json()
-    assert [t["name"] for t in body["topologies"]] == data.zrevrange(REGISTRY, 0, -1)
+    # Every valid id of the registry, newest first; the invalid one planted there is left out.
+    assert [t["name"] for t in body["topologies"]] == [n for n in data.zrevrange(REGISTRY, 0, -1) if n != EVIL]
     assert body["total_entries"] == 2
     t = next(t for t in body["topologies"] if t["name"] == NAME)
     raw = _raw_status(data, NAME)
@@ -207,13 +211,15 @@ def test_pages_show_redis_counts_and_escape_everything(airflow, data):
 
     listing = tc.get("/topologies/", headers=_auth(token)).text
     assert f'href="/topologies/topology/{NAME}"' in listing
-    evil_href = "/topologies/topology/evil%3Cscript%3Ealert%281%29%3C%2Fscript%3E"
-    assert evil_href in listing
-    evil = tc.get(evil_href, headers=_auth(token))
+    assert f'href="/topologies/topology/{EVIL_RUN}"' in listing
+    assert "evil%3Cscript" not in listing and "evil&lt;script" not in listing  # the invalid id is not listed
+    evil = tc.get(f"/topologies/topology/{EVIL_RUN}", headers=_auth(token))
     assert evil.status_code == 200
-    for text in (listing, evil.text):
+    invalid = tc.get("/topologies/topology/evil%3Cscript%3Ealert%281%29%3C%2Fscript%3E", headers=_auth(token))
+    assert invalid.status_code == 404
+    for text in (listing, evil.text, invalid.text):
         assert "<script>" not in text and "<img" not in text and "<b>boom" not in text and "<h>" not in text
-    assert "evil&lt;script&gt;alert(1)&lt;/script&gt;" in evil.text
+    assert "evil&lt;script&gt;alert(1)&lt;/script&gt;" in evil.text  # a component name with markup, escaped
     assert "Traceback &lt;script&gt;alert(2)&lt;/script&gt;" in evil.text
 
 

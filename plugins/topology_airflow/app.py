@@ -31,7 +31,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from state.connection import redacted
-from state.layout import REGISTRY, ctl_key
+from state.layout import REGISTRY, TOPOLOGY_ID, ctl_key
 from state.transactional import current_key, parse_txid
 from topology_runtime.control.control_plane import ControlPlane, RunRecord
 
@@ -126,6 +126,8 @@ def list_topologies(control: ControlPlane, dag_id: str | None = None,
     now = time.time()
     out = []
     for name in control.redis.zrevrange(REGISTRY, 0, -1):
+        if not TOPOLOGY_ID.fullmatch(name):
+            continue  # not an id this runtime writes (nor one its keys could hold)
         rec = control.get(name)  # read only: unlike ControlPlane.list, never prunes the registry
         if rec is None:
             continue
@@ -138,6 +140,8 @@ def list_topologies(control: ControlPlane, dag_id: str | None = None,
 
 
 def topology_detail(control: ControlPlane, name: str) -> dict[str, Any] | None:
+    if not TOPOLOGY_ID.fullmatch(name):
+        return None
     rec = control.get(name)
     if rec is None:
         return None
