@@ -103,13 +103,22 @@ def _check_slots(sc, sup: RunSupervisor, workers: int, master: str) -> int | Non
     return EXIT_BAD_TOPOLOGY
 
 
+def _startup_failed(sup: RunSupervisor) -> bool:
+    """Has a worker reported that a component's open()/prepare() raised? Then the run fails now,
+    once (the monitor checks every tick: a worker that says hello after the others were told to
+    stop would otherwise wait 10 s for a supervisor that no longer talks to it)."""
+    fatal = [s for s in list(sup.slots.values()) if s.startup_failures]
+    if fatal and sup.error is None:
+        last = next((e for e in reversed(sup.status().errors) if e.get("fatal")), {})
+        sup.fail(f"worker {fatal[0].index} could not start: {last.get('error', 'see the log')}")
+    return bool(fatal)
+
+
 def _unrecoverable(sc, sup: RunSupervisor, group: str) -> int | None:
     """After a failed stage: log what Spark recorded for each failed task; for a failure that a
     relaunch cannot fix, end the run and return its exit code (None: relaunch)."""
-    fatal = [s for s in sup.slots.values() if s.startup_failures]
-    if fatal:  # open()/prepare() raised: the worker reported it, with its traceback
-        last = next((e for e in reversed(sup.status().errors) if e.get("fatal")), {})
-        _fail_now(sup, f"worker {fatal[0].index} could not start: {last.get('error', 'see the log')}")
+    if _startup_failed(sup):  # open()/prepare() raised: the worker reported it, with its traceback
+        sup.all_stopped()
         return 1
     try:
         errors = failures.task_errors(sc, group)
@@ -210,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                 sup.request_kill()
             reporter.tick()
             placement.watch()  # fewer workers than asked for: grow back when the slots return
+            _startup_failed(sup)  # open()/prepare() raised on a worker: no relaunch can fix it
             if sup.done.is_set():
                 sc.cancelAllJobs()  # workers that ignored "stop" (hung user code) must not hold the driver
                 stop_monitor.wait(1.0)
