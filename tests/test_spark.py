@@ -4,6 +4,7 @@ JVM start, so this module keeps their number small."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -138,5 +139,11 @@ def test_packed_env_shipped_with_archives_on_local_cluster(redis_url, tmp_path):
     assert _counts(client) == truth
     workers = ControlPlane(redis_url).get("packed").status["workers"]
     pythons = {w["python"] for w in workers.values()}
+    # local-cluster's workers unpack into $SPARK_HOME/work (inside the venv) and never clean up:
+    # remove what this run left there (the app's dir, found from its executors' interpreter path).
+    for p in pythons:
+        if "/work/app-" in p:
+            app = p[: p.index("/work/app-") + len("/work/")] + p[p.index("/work/app-") + 6:].split("/")[0]
+            shutil.rmtree(app, ignore_errors=True)
     # Each executor unpacked the archive in its own work dir and runs that interpreter.
     assert len(pythons) == 2 and all(p.endswith("/env/bin/python") and "/work/app-" in p for p in pythons), pythons
