@@ -23,6 +23,7 @@ import json
 import os
 import platform
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -238,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if standalone is not None:
             standalone.stop()
+            shutil.rmtree(standalone.workdir, ignore_errors=True)  # its logs and executors' work dirs
 
 
 def start_standalone(workers: int):
