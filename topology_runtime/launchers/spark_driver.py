@@ -87,7 +87,9 @@ def _check_slots(sc, sup: RunSupervisor, workers: int, master: str) -> int | Non
     wait = 0.0 if master.startswith("local") else failures.parse_secs(
         sc.getConf().get("spark.scheduler.maxRegisteredResourcesWaitingTime", None), 30.0)
     try:
-        found = failures.wait_for_slots(sc, workers, wait)
+        # Standalone grants a run's executors at once: 5 s after the last one arrived, no more come.
+        # YARN and Kubernetes start them one by one, far apart: wait the whole time there.
+        found = failures.wait_for_slots(sc, workers, wait, settle=5.0 if master.startswith("spark://") else wait)
     except Exception as e:  # noqa: BLE001 - a Spark without the call: Spark's own check stays
         log.warning("cannot count the cluster's task slots (%s); Spark checks them at launch", e)
         return None
