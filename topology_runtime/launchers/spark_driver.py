@@ -84,12 +84,14 @@ def _check_slots(sc, sup: RunSupervisor, workers: int, master: str) -> int | Non
     """Before the first launch: a barrier stage needs ``workers`` task slots at once. Waits for
     executors to register (up to ``spark.scheduler.maxRegisteredResourcesWaitingTime``); with too
     few, fails the run naming both numbers. Returns an exit code, or None to go on."""
-    wait = 0.0 if master.startswith("local") else failures.parse_secs(
+    in_process = master == "local" or master.startswith("local[")  # slots exist with the context
+    wait = 0.0 if in_process else failures.parse_secs(
         sc.getConf().get("spark.scheduler.maxRegisteredResourcesWaitingTime", None), 30.0)
     try:
-        # Standalone grants a run's executors at once: 5 s after the last one arrived, no more come.
-        # YARN and Kubernetes start them one by one, far apart: wait the whole time there.
-        found = failures.wait_for_slots(sc, workers, wait, settle=5.0 if master.startswith("spark://") else wait)
+        # Standalone (local-cluster too) grants a run's executors at once: 5 s after the last one
+        # arrived, no more come. YARN and Kubernetes start them one by one, far apart: wait it all.
+        standalone = master.startswith(("spark://", "local-cluster"))
+        found = failures.wait_for_slots(sc, workers, wait, settle=5.0 if standalone else wait)
     except Exception as e:  # noqa: BLE001 - a Spark without the call: Spark's own check stays
         log.warning("cannot count the cluster's task slots (%s); Spark checks them at launch", e)
         return None
