@@ -227,7 +227,7 @@ def spark_standalone(tmp_path_factory):
     """One standalone cluster (master + two 1-core workers without the project) per session."""
     why = can_run()
     if why:
-        pytest.skip(f"Spark standalone cluster: {why}")
+        pytest.fail(f"Spark standalone cluster cannot start here: {why} (CI runs as root)")
     cluster = StandaloneCluster(tmp_path_factory.mktemp("spark-standalone"))
     cluster.start()
     yield cluster
