@@ -26,7 +26,7 @@ def wordcount_dag(dag_id: str, deferrable: bool) -> DAG:
     ) as dag:
 
         @task
-        def load_sentences(params=None) -> str:
+        def load_sentences(params=None) -> int:
             from examples.wordcount import COUNTS, STREAM, load_sentences
             from state.connection import connect
             from topology_runtime.control.redis_server import resolve_redis_url
@@ -37,27 +37,29 @@ def wordcount_dag(dag_id: str, deferrable: bool) -> DAG:
             client.delete(STREAM, COUNTS, f"{STREAM}:dead")
             n = len(load_sentences(client, int(params["sentences"])))
             print(f"loaded {n} sentences into {STREAM!r}")
-            return url
+            return n  # not the URL: it may carry a password, and XCom values are logged and stored
 
-        redis_url = load_sentences()
+        loaded = load_sentences()
 
         # Whatever a crashed earlier run left prepared is committed or rolled back before a new run.
-        recover = TopologyRecoveryOperator(task_id="recover_state", topology_id="wordcount", redis_url=redis_url)
+        recover = TopologyRecoveryOperator(task_id="recover_state", topology_id="wordcount")
 
         wordcount = SubmitTopologyOperator(
             task_id="wordcount",
             topology="examples.wordcount:topology",
             name="wordcount",
             workers="{{ params.workers }}",
-            redis_url=redis_url,
             progress_interval=2,
             deferrable=deferrable,
         )
 
         @task
-        def report(url: str) -> dict:
+        def report() -> dict:
             from examples.wordcount import COUNTS
             from state.connection import connect
+            from topology_runtime.control.redis_server import resolve_redis_url
+
+            url, _ = resolve_redis_url(None)  # every task finds the same Redis (docs/operations.md)
 
             counts = {k: int(v) for k, v in connect(url, decode_responses=True).hgetall(COUNTS).items()}
             top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
@@ -66,7 +68,7 @@ def wordcount_dag(dag_id: str, deferrable: bool) -> DAG:
                 print(f"  {word:<10} {n}")
             return dict(top)
 
-        recover >> wordcount >> report(redis_url)
+        loaded >> recover >> wordcount >> report()
     return dag
 
 
