@@ -176,3 +176,30 @@ def test_data_transport_refuses_replays_and_messages_for_an_earlier_incarnation(
     a.peers.clear()
     for t in (a, b1, b2):
         t.close()
+
+
+def test_a_worker_whose_control_connection_was_remade_is_heard_and_answered_again():
+    """A dropped TCP connection comes back under a new ROUTER identity: the supervisor follows the
+    worker there on its next authentic message (before, it kept sending to the dead identity and
+    the worker stopped after 10 s of silence)."""
+    from topology_runtime.api.config import resolve_config
+    from topology_runtime.plan import build_plan
+    from topology_runtime.supervisor.run_supervisor import RunSupervisor
+    from topology_runtime.transport.sockets import ControlClient
+
+    sup = RunSupervisor("reconnect", build_plan(_topology(), resolve_config({}), 1))
+    ctx = zmq.Context()
+    me = "tcp://127.0.0.1:1"  # the worker's data address: what the supervisor's MACs are bound to
+    first = ControlClient(ctx, sup.secret, sup.control.address, me=me, sender=0, epoch=0)
+    first.send({"t": Control.HELLO, "w": 0, "addr": me, "pid": 1})
+    assert wait_for(lambda: (sup.step(20), sup.slots[0].identity)[1] is not None, timeout=5)
+    assert wait_for(lambda: any(m["t"] == Control.PEERS for m in first.recv_all()), timeout=5)
+    again = ControlClient(ctx, sup.secret, sup.control.address, me=me, sender=0, epoch=0)
+    again._sender = first._sender  # the same incarnation, its sequence numbers going on
+    first.close()
+    again.send({"t": Control.READY, "w": 0})
+    assert wait_for(lambda: (sup.step(20), sup.state)[1] == "running", timeout=5)
+    assert wait_for(lambda: (sup.step(20), any(m["t"] == Control.PROBE for m in again.recv_all()))[1], timeout=5)
+    again.close()
+    sup.close()
+    ctx.term()

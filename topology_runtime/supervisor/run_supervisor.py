@@ -309,6 +309,11 @@ class RunSupervisor:
             return
         if inc != slot.incarnation:
             return  # a late message from a previous incarnation
+        if identity != slot.identity:
+            # Its connection was re-made (a dropped TCP connection; the ROUTER names the new one
+            # afresh): authentic and newer than anything before, so this is where it now listens.
+            log.info("run %s: worker %d reconnected", self.name, w)
+            slot.identity = identity
         slot.last_seen = time.monotonic()
         if t == Control.READY:
             slot.ready = True

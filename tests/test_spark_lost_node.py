@@ -1,8 +1,3 @@
-# PARKED, not collected (issue 18 requirements 4 and 6): both tests pass alone (42-49 s) and
-# after tests/test_spark.py, but in the full suite the re-planned workers hear nothing from the
-# supervisor and stop after 10 s; see the session 16 note. Run it by hand:
-#   make test ARGS="tests/parked/spark_lost_node.py"
-# and move it back to tests/test_spark_lost_node.py once the cause is fixed.
 """A Spark node lost mid-run (tests/spark_standalone.py: two 1-core workers). Its worker daemon
 and executor are SIGKILLed: the driver re-plans the same tasks onto the one slot left (same task
 ids, so state stays put) after the restart back-off, and the run completes; when the node comes
@@ -11,6 +6,7 @@ back, the run grows back to two workers."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -38,7 +34,22 @@ def _submit(cluster, topology: str, name: str, redis_url: str, conf: list[str]) 
     for c in conf:
         cmd += ["--conf", c]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-                            env={**os.environ, "SPARK_LOCAL_IP": DRIVER_IP})
+                            env={**os.environ, "SPARK_LOCAL_IP": DRIVER_IP}, start_new_session=True)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """The CLI, spark-submit and the driver (one process group): a failed test leaves no live run."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+
+
+def _diagnosis(cluster, name: str, out: str) -> str:
+    """The driver's output and the executors' logs, kept in a file (the asserts show the tail)."""
+    path = Path(os.environ.get("TMPDIR", "/tmp")) / f"lost-node-{name}-{os.getpid()}.log"
+    logs = "\n".join(f"===== {p}\n{text[-20000:]}" for p, text in cluster.executor_logs().items())
+    path.write_text(f"===== driver\n{out}\n{logs}\n===== cluster\n{cluster.tails()}\n")
+    return f"(driver output and executor logs in {path})\n{out[-5000:]}"
 
 
 def _status(redis_url: str, name: str) -> dict:
@@ -75,10 +86,13 @@ def test_exactly_once_count_survives_a_lost_node_that_does_not_come_back(cluster
         assert proc.poll() is None, proc.communicate()[0][-4000:]
         cluster.kill_worker(1)  # its daemon and its executor: the node is gone, and stays gone
         out, _ = proc.communicate(timeout=300)
+    except BaseException:
+        _stop(proc)
+        print(_diagnosis(cluster, proc.args[6], proc.stdout.read() if proc.stdout else ""))
+        raise
     finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, out[-6000:]
+        _stop(proc)
+    assert proc.returncode == 0, _diagnosis(cluster, proc.args[6], out)
     assert "re-planned from 2 to 1 worker(s)" in out, out[-4000:]
     st = _status(redis_url, "lost-node-eo")
     assert st["state"] == "completed" and st["restarts"] >= 1
@@ -110,10 +124,13 @@ def test_a_smaller_run_grows_back_when_the_node_returns(cluster, redis_url):
         assert proc.poll() is None, "the run ended before it could grow back"
         grew = time.monotonic() - t0
         out, _ = proc.communicate(timeout=300)
+    except BaseException:
+        _stop(proc)
+        print(_diagnosis(cluster, proc.args[6], proc.stdout.read() if proc.stdout else ""))
+        raise
     finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, out[-6000:]
+        _stop(proc)
+    assert proc.returncode == 0, _diagnosis(cluster, proc.args[6], out)
     assert "relaunching on 2 worker(s)" in out, out[-4000:]
     counts = {k: int(v) for k, v in client.hgetall(COUNTS).items()}
     assert not {w: n for w, n in truth.items() if counts.get(w, 0) < n}, "sentences lost"
