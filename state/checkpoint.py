@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import redis
 
+from . import fencing
 from .checkpoint_state import (  # noqa: F401 - re-exported: the record's names
     COMMIT,
     COMMITTED,
@@ -30,11 +31,13 @@ def load_checkpoint(client: redis.Redis, topology_id: str) -> CheckPointState:
 
 
 def save_checkpoint(client: redis.Redis, topology_id: str, cp: CheckPointState,
-                    replication: Replication = NO_WAIT) -> None:
-    """Record ``cp``; with ``replication``, only once enough replicas have it (WAIT), else
+                    replication: Replication = NO_WAIT, token: int | None = None) -> None:
+    """Record ``cp``, fenced by the run's ``token`` (a newer run's record is never overwritten:
+    Fenced); with ``replication``, only once enough replicas have it (WAIT), else
     NotReplicated (a redis.RedisError) is raised."""
     key = ctl_key(topology_id, "checkpoint")
+    commands = [("HSET", key, "txid", cp.txid, "state", cp.state)]
     if replication:
-        atomic(client, key, [("HSET", key, "txid", cp.txid, "state", cp.state)], replication)
+        fencing.guarded(key, atomic, client, key, [fencing.fenced(commands, key, token)], replication)
     else:
-        client.hset(key, mapping={"txid": cp.txid, "state": cp.state})
+        fencing.run(client, key, commands, token)

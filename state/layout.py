@@ -10,6 +10,9 @@ on one node; the topology's control records share ``{ID:ctl}``.
     topology:{ID:TASK}:txid        hash   commit -> txid, prepare -> txid
     topology:{ID:ctl}:checkpoint   hash   txid, state (COMMITTED | PREPARING | COMMITTING)
     topology:{ID:ctl}:namespaces   hash   stateful component -> its task ids (JSON)
+    topology:{ID:TASK}:fence, topology:{ID:ctl}:fence
+                                   string the newest run's fencing token that wrote to this slot
+                                          (state/fencing.py)
     topology:{ID:ctl}:run|lease|token|epoch|kill|status|history   the run's control records
                                           (topology_runtime/control/control_plane.py)
     topology:{TX:ctl}:tx:NAME      the transactional coordinator's records, TX the transactional
@@ -76,6 +79,13 @@ def hash_tag(key: str) -> str | None:
         return None
     end = key.find("}", start + 1)
     return key[start + 1:end] if end > start + 1 else None
+
+
+def fence_key(key: str) -> str:
+    """The fence of ``key``'s hash slot (state/fencing.py): ``topology:{TAG}:fence`` for a key
+    of this layout (so ``topology reset`` removes it with the rest), else beside ``key``."""
+    tag = hash_tag(key)
+    return f"topology:{{{tag}}}:fence" if tag is not None and key.startswith("topology:{") else same_slot(key, ":fence")
 
 
 def same_slot(key: str, suffix: str) -> str:

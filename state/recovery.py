@@ -15,6 +15,7 @@ import redis
 
 from .checkpoint import COMMITTED, COMMITTING, PREPARING, CheckPointState, load_checkpoint, save_checkpoint
 from .connection import connect
+from .fencing import guarded, with_fence
 from .layout import ctl_key, owner_of, task_key, task_pattern
 from .redis_kv import COMMIT_SCRIPT, ROLLBACK_SCRIPT
 from .replication import NO_WAIT, Replication, atomic
@@ -100,10 +101,11 @@ def recover(topology_id: str, redis_url: str, action: str = "auto", dry_run: boo
 
 
 def recover_stopped(client: redis.Redis, topology_id: str, action: str = "auto",
-                    dry_run: bool = False, replication: Replication = NO_WAIT) -> RecoveryReport:
+                    dry_run: bool = False, replication: Replication = NO_WAIT,
+                    token: int | None = None) -> RecoveryReport:
     """The same decision for a caller that knows no worker is running (a run's supervisor
     between worker generations): no lease check. With ``replication`` every write waits for
-    its replicas (state/replication.py)."""
+    its replicas (state/replication.py); with ``token`` (the run's) every write is fenced."""
     cp = load_checkpoint(client, topology_id)
     tasks = [TaskRecovery(t, comp, *_txids(client, topology_id, t)) for t, comp in _tasks(client, topology_id).items()]
     if action == "auto":
@@ -127,16 +129,18 @@ def recover_stopped(client: redis.Redis, topology_id: str, action: str = "auto",
     rollback = client.register_script(ROLLBACK_SCRIPT)
     for x in tasks:
         x.committed_after = x.committed_txid
-        keys = [task_key(topology_id, x.task, n) for n in ("state", "prepare", "txid")]
+        keys, args = with_fence([task_key(topology_id, x.task, n) for n in ("state", "prepare", "txid")], [],
+                                token)
         if decision == "commit" and x.prepared_txid == t:
             x.did = f"commit prepared txid {t} ({x.prepared_keys} keys)"
             x.committed_after = t
             if dry_run:
                 pass
             elif replication:
-                atomic(client, keys[2], [("EVAL", COMMIT_SCRIPT, 3, *keys, t, TOMBSTONE)], replication)
+                guarded(keys[2], atomic, client, keys[2], [("EVAL", COMMIT_SCRIPT, 4, *keys, t, TOMBSTONE, *args)],
+                        replication)
             else:
-                commit(keys=keys, args=[t, TOMBSTONE])
+                guarded(keys[2], commit, keys=keys, args=[t, TOMBSTONE, *args])
         elif decision == "commit":
             x.did = f"already committed {t}"
         elif x.prepared_txid is not None and (
@@ -147,9 +151,9 @@ def recover_stopped(client: redis.Redis, topology_id: str, action: str = "auto",
             if dry_run:
                 pass
             elif replication:
-                atomic(client, keys[2], [("EVAL", ROLLBACK_SCRIPT, 2, *keys[1:])], replication)
+                guarded(keys[2], atomic, client, keys[2], [("EVAL", ROLLBACK_SCRIPT, 3, *keys[1:], *args)], replication)
             else:
-                rollback(keys=keys[1:])
+                guarded(keys[2], rollback, keys=keys[1:], args=args)
         else:
             x.did = "nothing prepared"
     after = cp
@@ -158,7 +162,7 @@ def recover_stopped(client: redis.Redis, topology_id: str, action: str = "auto",
     elif decision == "rollback" and cp.state == PREPARING:
         after = cp.next_state(recovering=True)
     if not dry_run and after != cp:
-        save_checkpoint(client, topology_id, after, replication)
+        save_checkpoint(client, topology_id, after, replication, token)
     return RecoveryReport(topology_id, str(cp), action, decision, dry_run, str(after), tasks)
 
 

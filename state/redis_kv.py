@@ -16,13 +16,16 @@ from typing import Any
 
 import redis
 
+from . import fencing
+from .fencing import FENCE_CHECK, with_fence
 from .keyvalue import KeyValueState, StateError
 from .layout import task_key
 from .replication import NO_WAIT, Replication, atomic
 from .serializer import TOMBSTONE, dumps, loads
 
-# KEYS: state, prepare, txid. ARGV: txid, tombstone. Idempotent: re-running a finished commit is a no-op.
-COMMIT_SCRIPT = """
+# KEYS: state, prepare, txid, fence. ARGV: txid, tombstone, token. Idempotent: re-running a
+# finished commit is a no-op. Both scripts start with the fence check (state/fencing.py).
+COMMIT_SCRIPT = FENCE_CHECK + """
 local prepared = redis.call('HGET', KEYS[3], 'prepare')
 if prepared ~= ARGV[1] then
   if redis.call('HGET', KEYS[3], 'commit') == ARGV[1] then return -1 end
@@ -42,8 +45,8 @@ redis.call('HDEL', KEYS[3], 'prepare')
 return #p / 2
 """
 
-# KEYS: prepare, txid. Drops prepared data; the committed txid stays.
-ROLLBACK_SCRIPT = """
+# KEYS: prepare, txid, fence. ARGV: token. Drops prepared data; the committed txid stays.
+ROLLBACK_SCRIPT = FENCE_CHECK + """
 redis.call('DEL', KEYS[1])
 redis.call('HDEL', KEYS[2], 'prepare')
 return 1
@@ -56,9 +59,12 @@ _PLAIN = frozenset((str, int, float, bool, bytes, type(None)))  # msgpack-able a
 
 class RedisKeyValueState(KeyValueState):
     def __init__(self, client: redis.Redis, topology_id: str, task: int | str,
-                 replication: Replication = NO_WAIT) -> None:
+                 replication: Replication = NO_WAIT, token: int | None = None) -> None:
+        """``token``: the run's fencing token (state/fencing.py). The task's slot is claimed for
+        it before anything is read, so a stale run's later commits here are refused (Fenced)."""
         self.redis = client
         self.replication = replication
+        self.token = token
         self.topology_id = topology_id
         self.task = task
         self.k_state = task_key(topology_id, task, "state")
@@ -66,6 +72,7 @@ class RedisKeyValueState(KeyValueState):
         self.k_txid = task_key(topology_id, task, "txid")
         self._commit = client.register_script(COMMIT_SCRIPT)
         self._rollback = client.register_script(ROLLBACK_SCRIPT)
+        fencing.claim(client, self.k_txid, token)
         self._pending: dict = {}  # key -> value (or _DELETED) written since the last prepare
         self._view: dict | None = None  # key -> value as the bolt sees it (committed + prepared + pending)
         txids = client.hgetall(self.k_txid)
@@ -130,35 +137,36 @@ class RedisKeyValueState(KeyValueState):
             raise StateError(f"task {self.task}: prepare_commit({txid}) but txid {self.committed_txid} is committed")
         data = {dumps(k, "key", k): (TOMBSTONE if v is _DELETED else dumps(v, "value", k))
                 for k, v in self._pending.items()}
+        commands = [("HSET", self.k_prepare, *(x for kv in data.items() for x in kv))] if data else []
+        commands.append(("HSET", self.k_txid, "prepare", txid))
         if self.replication:
-            commands = [("HSET", self.k_prepare, *(x for kv in data.items() for x in kv))] if data else []
-            atomic(self.redis, self.k_txid, [*commands, ("HSET", self.k_txid, "prepare", txid)], self.replication)
+            fencing.guarded(self.k_txid, atomic, self.redis, self.k_txid,
+                            [fencing.fenced(commands, self.k_txid, self.token)], self.replication)
         else:
-            pipe = self.redis.pipeline(transaction=True)
-            if data:
-                pipe.hset(self.k_prepare, mapping=data)
-            pipe.hset(self.k_txid, "prepare", txid)
-            pipe.execute()
+            fencing.run(self.redis, self.k_txid, commands, self.token)
         self._pending = {}
         self.prepared_txid = txid
 
     def commit(self, txid: int) -> None:
         if self.prepared_txid != txid and self.committed_txid != txid:
             raise StateError(f"task {self.task}: commit({txid}) but the prepared txid is {self.prepared_txid}")
-        keys = [self.k_state, self.k_prepare, self.k_txid]
+        keys, args = with_fence([self.k_state, self.k_prepare, self.k_txid], [txid, TOMBSTONE], self.token)
         if self.replication:
-            atomic(self.redis, self.k_txid, [("EVAL", COMMIT_SCRIPT, 3, *keys, txid, TOMBSTONE)], self.replication)
+            fencing.guarded(self.k_txid, atomic, self.redis, self.k_txid,
+                            [("EVAL", COMMIT_SCRIPT, len(keys), *keys, *args)], self.replication)
         else:
-            self._commit(keys=keys, args=[txid, TOMBSTONE])
+            fencing.guarded(self.k_txid, self._commit, keys=keys, args=args)
         self.committed_txid = txid
         self.prepared_txid = None
 
     def rollback(self) -> None:
+        keys, args = with_fence([self.k_prepare, self.k_txid], [], self.token)
         if self.replication:
-            atomic(self.redis, self.k_txid, [("EVAL", ROLLBACK_SCRIPT, 2, self.k_prepare, self.k_txid)],
-                   self.replication)
+            fencing.guarded(self.k_txid, atomic, self.redis, self.k_txid,
+                            [("EVAL", ROLLBACK_SCRIPT, len(keys), *keys, *args)], self.replication)
         else:
-            self._rollback(keys=[self.k_prepare, self.k_txid])
+            fencing.guarded(self.k_txid, self._rollback, keys=keys, args=args)
         self._pending = {}
         self._view = None  # back to the committed data, reloaded on next access
         self.prepared_txid = None
+

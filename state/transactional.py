@@ -25,6 +25,7 @@ from typing import Any
 
 import redis
 
+from . import fencing
 from .connection import connect
 from .layout import tx_key
 from .replication import NO_WAIT, Replication, Session, atomic
@@ -69,18 +70,35 @@ def _dumps(entries: dict[int, Any]) -> dict[str, str]:
 class TransactionalState:
     """The records of transactional id ``tx_id`` on ``client`` (decode_responses=True)."""
 
-    def __init__(self, client: redis.Redis, tx_id: str, replication: Replication = NO_WAIT) -> None:
+    def __init__(self, client: redis.Redis, tx_id: str, replication: Replication = NO_WAIT,
+                 token: int | None = None) -> None:
+        """``token``: the run's fencing token (state/fencing.py): the records' slot is claimed
+        for it now, and every write is refused (Fenced) once a newer run claimed it."""
         self.client = client
         self.tx_id = tx_id
         self.replication = replication
+        self.token = token
         # keys used on every batch, formatted once
         self._current = current_key(tx_id)
         self._last = tx_key(tx_id, "last-meta")
         self._committed = tx_key(tx_id, "committed-meta")
+        fencing.claim(client, self._current, token)
 
     @classmethod
-    def from_url(cls, url: str, tx_id: str, replication: Replication = NO_WAIT) -> TransactionalState:
-        return cls(connect(url, decode_responses=True), tx_id, replication)
+    def from_url(cls, url: str, tx_id: str, replication: Replication = NO_WAIT,
+                 token: int | None = None) -> TransactionalState:
+        return cls(connect(url, decode_responses=True), tx_id, replication, token)
+
+    def _write(self, commands: list[tuple]) -> None:
+        """``commands`` (all in the records' slot) as one fenced script, waited for as
+        ``replication`` asks."""
+        if not commands:
+            return
+        if self.replication:
+            cmd = fencing.fenced(commands, self._current, self.token)
+            fencing.guarded(self._current, atomic, self.client, self._current, [cmd], self.replication)
+        else:
+            fencing.run(self.client, self._current, commands, self.token)
 
     def meta_key(self, txid: int) -> str:
         return tx_key(self.tx_id, f"meta:{txid}")
@@ -93,10 +111,7 @@ class TransactionalState:
         return parse_txid(self.client.get(self._current))
 
     def set_current_txid(self, txid: int) -> None:
-        if self.replication:
-            atomic(self.client, self._current, [("SET", self._current, txid)], self.replication)
-        else:
-            self.client.set(self._current, txid)
+        self._write([("SET", self._current, txid)])
 
     # --- partitioned spouts: per-txid batch metadata -----------------------------------------
     def read_batch(self, txid: int, partitions: list[int]) -> tuple[int | None, list[tuple[bool, Any]]]:
@@ -119,22 +134,11 @@ class TransactionalState:
         """One MULTI: the new batches' metadata becomes ``meta:TXID`` and the partitions'
         ``last-meta``; with ``committed`` (the last committed txid) the metadata before it is
         deleted (Storm's cleanupBefore)."""
-        if self.replication:
-            flat = [x for kv in _dumps(metas).items() for x in kv]
-            commands = [("HSET", self.meta_key(txid), *flat), ("HSET", self._last, *flat)] if metas else []
-            if committed and committed > 1:
-                commands.append(("DEL", self.meta_key(committed - 1)))
-            if commands:
-                atomic(self.client, self._current, commands, self.replication)
-            return
-        pipe = self.client.pipeline(transaction=True)
-        if metas:
-            mapping = _dumps(metas)
-            pipe.hset(self.meta_key(txid), mapping=mapping)
-            pipe.hset(self._last, mapping=mapping)
+        flat = [x for kv in _dumps(metas).items() for x in kv]
+        commands = [("HSET", self.meta_key(txid), *flat), ("HSET", self._last, *flat)] if metas else []
         if committed and committed > 1:
-            pipe.delete(self.meta_key(committed - 1))
-        pipe.execute()
+            commands.append(("DEL", self.meta_key(committed - 1)))
+        self._write(commands)
 
     def last_metas(self) -> dict[int, Any]:
         """Per partition, the newest batch's metadata (partitioned spouts)."""
@@ -143,14 +147,7 @@ class TransactionalState:
     def commit(self, txid: int, current: int) -> None:
         """One MULTI: ``current`` becomes the current txid and committed ``txid``'s metadata goes
         (a committed batch never replays)."""
-        if self.replication:
-            atomic(self.client, self._current, [("SET", self._current, current), ("DEL", self.meta_key(txid))],
-                   self.replication)
-            return
-        pipe = self.client.pipeline(transaction=True)
-        pipe.set(self._current, current)
-        pipe.delete(self.meta_key(txid))
-        pipe.execute()
+        self._write([("SET", self._current, current), ("DEL", self.meta_key(txid))])
 
     # --- opaque spouts: per-attempt metadata, committed with the txid ------------------------
     def read_opaque_batch(self, txid: int, partitions: list[int]) -> tuple[int, list, list]:
@@ -168,7 +165,8 @@ class TransactionalState:
 
     def record_opaque_batch(self, txid: int, entries: dict[int, Any]) -> None:
         """Per partition, what this attempt of ``txid`` read (``ometa:TXID``)."""
-        self.client.hset(self.ometa_key(txid), mapping=_dumps(entries))
+        if entries:
+            self._write([("HSET", self.ometa_key(txid), *(x for kv in _dumps(entries).items() for x in kv))])
 
     def opaque_metas(self, txids: list[int]) -> tuple[dict[int, Any], list[dict[int, Any]]]:
         """One round trip: the committed entries, and the entries of each of ``txids``."""
@@ -200,9 +198,8 @@ class TransactionalState:
                         pipe.unwatch()
                         return False
                     pipe.multi()
-                    for cmd in self._opaque_commands(txid, new):
-                        pipe.execute_command(*cmd)
-                    pipe.execute()
+                    pipe.execute_command(*fencing.fenced(self._opaque_commands(txid, new), self._current, self.token))
+                    fencing.guarded(self._current, pipe.execute)
                     return True
                 except redis.WatchError:
                     continue  # a record changed between the reads and the MULTI: decide again
@@ -223,13 +220,15 @@ class TransactionalState:
                         current = parse_txid(s.call("GET", self._current)) or 1
                         if current > txid:  # committed already: make sure the replicas have it
                             s.call("UNWATCH")
-                            s.commit([("SET", self._current, current)], self.replication)
+                            fencing.guarded(self._current, s.commit, [fencing.fenced(
+                                [("SET", self._current, current)], self._current, self.token)], self.replication)
                             return True
                         new = decide(_loads(s.call("HGETALL", key_o)), _loads(s.call("HGETALL", self._committed)))
                         if new is None:
                             s.call("UNWATCH")
                             return False
-                        if s.commit(self._opaque_commands(txid, new), self.replication) is not None:
+                        cmd = fencing.fenced(self._opaque_commands(txid, new), self._current, self.token)
+                        if fencing.guarded(self._current, s.commit, [cmd], self.replication) is not None:
                             return True
             except redis.ConnectionError:
                 if attempt == retries:
@@ -260,5 +259,5 @@ class TransactionalState:
 
     def delete(self, keys: Iterable[str]) -> None:
         keys = list(keys)
-        if keys:
-            self.client.delete(*keys)
+        for i in range(0, len(keys), 500):
+            self._write([("DEL", *keys[i:i + 500])])

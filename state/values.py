@@ -27,6 +27,8 @@ class TransactionalValue(NamedTuple):
     def update(self, txid: int, fn: Callable[[Any], Any]) -> TransactionalValue:
         if self.txid == txid:
             return self  # this batch was applied already: a replay changes nothing
+        if self.txid > txid:  # commits come in txid order: an older txid is a stale run's (fenced off)
+            raise ValueError(f"transactional value is at txid {self.txid}; cannot apply older txid {txid}")
         return TransactionalValue(txid, fn(self.value))
 
 
@@ -84,6 +86,8 @@ for lo = 1, n, CHUNK do
       end
       if stored == txid then
         skip = true
+      elseif stored > txid then  -- commits come in txid order: an older one is a stale run's
+        return redis.error_reply('field ' .. j .. ' is at txid ' .. string.format('%d', stored) .. ', after ' .. ARGV[1])
       elseif value ~= nil then
         if type(value) ~= 'number' then
           return redis.error_reply('field ' .. j .. ' holds a non-numeric value')
@@ -156,6 +160,10 @@ class ValueMap:
         try:
             return int(self._add_script(keys=[self.key], args=args))
         except redis.ResponseError as e:
+            if " is at txid " in str(e):
+                i = int(str(e).split("field ", 1)[1].split(" ", 1)[0]) - 1
+                raise ValueError(f"multi_add: key {keys[i]!r} in {self.key!r} {str(e).split(' ', 2)[2]}: commits come "
+                                 "in txid order, so this is a stale run's batch; nothing of it was written") from None
             if "non-numeric" not in str(e):
                 raise
             i = int(str(e).split("field ", 1)[1].split(" ", 1)[0]) - 1

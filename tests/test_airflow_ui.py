@@ -279,7 +279,7 @@ def test_history_is_bounded_and_rides_with_publish(data, monkeypatch):
     token = control.register("ui-bounded", "local", 1)
     try:
         for i in range(12):
-            control.publish("ui-bounded", RunStatus("ui-bounded", "running",
+            control.publish("ui-bounded", token, RunStatus("ui-bounded", "running",
                                                     components={"s": ComponentStats(emitted=i, acked=i)}))
         samples = [json.loads(s) for s in data.lrange(ctl_key("ui-bounded", "history"), 0, -1)]
         assert [s["emitted"] for s in samples] == [7, 8, 9, 10, 11]

@@ -99,7 +99,7 @@ def test_control_plane_and_cli_on_a_cluster(cluster_url, capsys):
     with pytest.raises(LeaseLost):
         cp.renew("cpx", token)  # another run holds it
     client.set(ctl_key("cpx", "lease"), token)
-    cp.publish("cpx", RunStatus(name="cpx", state="running"), {0: {"pid": 1}})
+    cp.publish("cpx", token, RunStatus(name="cpx", state="running"), {0: {"pid": 1}})
     rec = cp.get("cpx")
     assert rec.live and rec.state == "running" and [r.name for r in cp.list()] == ["cpx"]
     assert cli(["status", "cpx", "--redis", cluster_url]) == 0 and cli(["list", "--redis", cluster_url]) == 0

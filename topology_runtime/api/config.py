@@ -242,6 +242,17 @@ def state_replication(conf: Mapping[str, Any]) -> tuple[int, int]:
     return int(conf.get("topology.state.redis.min.replicas") or 0), int(timeout)
 
 
+# Set by the worker, never by a user (an unknown key there): the run's fencing token, which every
+# state write carries (state/fencing.py).
+FENCING_TOKEN = "topology.fencing.token"
+
+
+def fencing_token(conf: Mapping[str, Any]) -> int | None:
+    """The run's fencing token in a worker's conf (None outside a registered run)."""
+    token = conf.get(FENCING_TOKEN)
+    return None if token is None else int(token)
+
+
 def state_redis_url(conf: Mapping[str, Any], needed_for: str = "topology.state.provider 'redis'") -> str:
     """Where state lives (checkpointed bolt state, exactly-once snapshots, transactional
     records): the state provider's ``url`` first, then as ``redis_url``."""

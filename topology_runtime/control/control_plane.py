@@ -8,6 +8,7 @@ run names, ``topology:runs``, is written on its own (docs/redis.md).
     topology:{ID:ctl}:run          hash   launcher, master, workers, driver host/pid, started, state, log
     topology:{ID:ctl}:lease        string fencing token of the live run (expires unless renewed)
     topology:{ID:ctl}:token        int    last fencing token handed out
+    topology:{ID:ctl}:fence        int    the newest token that wrote these records (state/fencing.py)
     topology:{ID:ctl}:epoch        int    worker launches (Spark barrier stages) so far
     topology:{ID:ctl}:kill         string "kill" | "drain": a request to the live run
     topology:{ID:ctl}:status       string JSON RunStatus + workers (heartbeats), refreshed every few seconds
@@ -26,8 +27,9 @@ from typing import Any
 
 import redis
 
+from state import fencing
 from state.connection import connect
-from state.layout import REGISTRY, check_topology_id, ctl_key
+from state.layout import REGISTRY, check_topology_id, ctl_key, fence_key, owner_of
 
 from ..api.status import FINAL_STATES, ComponentStats, RunStatus
 
@@ -38,14 +40,30 @@ HISTORY_SAMPLES = int(os.environ.get("TOPOLOGY_HISTORY_SAMPLES", 450))
 # Set by Airflow in a task's environment (inherited by spark-submit's driver): which DAG run started this run.
 _AIRFLOW_CTX = {"dag_id": "AIRFLOW_CTX_DAG_ID", "dag_run_id": "AIRFLOW_CTX_DAG_RUN_ID", "task_id": "AIRFLOW_CTX_TASK_ID"}
 
-# 1: renewed; 2: the lease had gone (expired during an outage longer than it, or its renewals
-# lost in a Redis failover) and nobody took it: taken again; 0: another run holds it.
+# KEYS: lease, token, fence. ARGV: lease ms. 0: another run holds the lease; else this run's
+# fencing token: above every token this id had, even after ``topology reset`` deleted the counter
+# (Redis' clock in ms), so a paused run from before stays fenced off (state/fencing.py).
+_REGISTER = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local token = math.max(now, tonumber(redis.call('GET', KEYS[2]) or '0') + 1,
+                       tonumber(redis.call('GET', KEYS[3]) or '0') + 1)
+local s = string.format('%d', token)
+redis.call('SET', KEYS[2], s)
+redis.call('SET', KEYS[3], s)
+redis.call('SET', KEYS[1], s, 'PX', ARGV[1])
+return token
+"""
+# KEYS: lease, fence. ARGV: token, lease ms. 1: renewed; 2: the lease had gone (expired during
+# an outage longer than it, or its renewals lost in a failover) and no newer run started: taken
+# again; 0: another run holds it, or a newer run started (and maybe ended) since.
 _RENEW = """
 local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
-if not cur then
+if not cur and tonumber(redis.call('GET', KEYS[2]) or '0') <= tonumber(ARGV[1]) then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return 2
 end
@@ -140,6 +158,7 @@ class ControlPlane:
         self.url = url
         self.redis = connect(url, decode_responses=True, socket_timeout=10,
                                           health_check_interval=30)
+        self._register = self.redis.register_script(_REGISTER)
         self._renew = self.redis.register_script(_RENEW)
         self._release = self.redis.register_script(_RELEASE)
 
@@ -148,8 +167,9 @@ class ControlPlane:
         """Take the run's lease (fencing token) or raise RunAlreadyLive naming the live run."""
         check_topology_id(topology_id)
         r = self.redis
-        token = int(r.incr(ctl_key(topology_id, "token")))
-        if not r.set(ctl_key(topology_id, "lease"), token, nx=True, px=LEASE_TTL_MS):
+        token = int(self._register(keys=[ctl_key(topology_id, "lease"), ctl_key(topology_id, "token"),
+                                         fence_key(ctl_key(topology_id, "run"))], args=[LEASE_TTL_MS]))
+        if not token:
             live = r.hgetall(ctl_key(topology_id, "run"))
             raise RunAlreadyLive(
                 f"topology {topology_id!r} is already live (launcher {live.get('launcher', '?')}, "
@@ -162,11 +182,12 @@ class ControlPlane:
             **{k: os.environ[v] for k, v in _AIRFLOW_CTX.items() if os.environ.get(v)},
             **{k: v for k, v in info.items() if v is not None},
         }
-        pipe = r.pipeline(transaction=True)
-        pipe.delete(ctl_key(topology_id, "run"), ctl_key(topology_id, "kill"), ctl_key(topology_id, "status"),
-                    ctl_key(topology_id, "history"))  # a new run's counters start at 0: a fresh chart
-        pipe.hset(ctl_key(topology_id, "run"), mapping={k: str(v) for k, v in record.items()})
-        pipe.execute()
+        run = ctl_key(topology_id, "run")
+        self._fenced(run, token, [
+            ("DEL", run, ctl_key(topology_id, "kill"), ctl_key(topology_id, "status"),
+             ctl_key(topology_id, "history")),  # a new run's counters start at 0: a fresh chart
+            ("HSET", run, *(x for kv in record.items() for x in (kv[0], str(kv[1])))),
+        ])
         # The registry is not in the run's hash slot (a MULTI may not span two on a Redis
         # Cluster): added after the records, so a listed name always has them (list() drops
         # names whose records expired).
@@ -176,7 +197,8 @@ class ControlPlane:
     def renew(self, topology_id: str, token: int) -> None:
         """Extend the lease; take it again if it is gone and nobody else took it (LeaseLost if
         another run holds it)."""
-        done = self._renew(keys=[ctl_key(topology_id, "lease")], args=[token, LEASE_TTL_MS])
+        done = self._renew(keys=[ctl_key(topology_id, "lease"), fence_key(ctl_key(topology_id, "run"))],
+                           args=[token, LEASE_TTL_MS])
         if not done:
             raise LeaseLost(f"topology {topology_id!r}: lease {token} lost")
         if done == 2:
@@ -189,29 +211,47 @@ class ControlPlane:
     def next_epoch(self, topology_id: str) -> int:
         return int(self.redis.incr(ctl_key(topology_id, "epoch"))) - 1
 
-    def publish(self, topology_id: str, status: RunStatus, workers: dict | None = None, **info: Any) -> None:
+    def publish(self, topology_id: str, token: int, status: RunStatus, workers: dict | None = None,
+                **info: Any) -> None:
+        """The live run's status, run-record fields and a chart sample, in one fenced script:
+        LeaseLost if a newer run of the id started (this one was paused past its lease)."""
+        self._fenced(ctl_key(topology_id, "run"), token, self._publish_commands(topology_id, status, workers, info))
+
+    def _publish_commands(self, topology_id: str, status: RunStatus, workers: dict | None, info: dict) -> list:
         d = status.to_dict()
         d["workers"] = workers or {}
         d["updated"] = time.time()
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.set(ctl_key(topology_id, "status"), json.dumps(d))
         fields = {"state": status.state, **{k: str(v) for k, v in info.items() if v is not None}}
-        pipe.hset(ctl_key(topology_id, "run"), mapping=fields)
-        # The chart's time series rides in the same round trip, bounded by LTRIM.
-        pipe.rpush(ctl_key(topology_id, "history"), json.dumps(history_sample(status, d["updated"])))
-        pipe.ltrim(ctl_key(topology_id, "history"), -HISTORY_SAMPLES, -1)
-        pipe.execute()
+        history = ctl_key(topology_id, "history")
+        return [
+            ("SET", ctl_key(topology_id, "status"), json.dumps(d)),
+            ("HSET", ctl_key(topology_id, "run"), *(x for kv in fields.items() for x in kv)),
+            # The chart's time series rides in the same round trip, bounded by LTRIM.
+            ("RPUSH", history, json.dumps(history_sample(status, d["updated"]))),
+            ("LTRIM", history, -HISTORY_SAMPLES, -1),
+        ]
+
+    def _fenced(self, key: str, token: int, commands: list) -> None:
+        try:
+            fencing.run(self.redis, key, commands, token)
+        except fencing.Fenced as e:
+            raise LeaseLost(f"topology {owner_of(key)[0]!r}: run with token {token} is fenced off: {e}") from e
 
     def kill_request(self, topology_id: str) -> str | None:
         return self.redis.get(ctl_key(topology_id, "kill"))
 
     def finish(self, topology_id: str, token: int, status: RunStatus, workers: dict | None = None) -> None:
-        self.publish(topology_id, status, workers, ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-        pipe = self.redis.pipeline(transaction=True)
-        for name in ("run", "status", "token", "epoch", "history"):
-            pipe.expire(ctl_key(topology_id, name), RECORD_TTL_SECS)
-        pipe.delete(ctl_key(topology_id, "kill"))
-        pipe.execute()
+        """The final status and the records' expiry, fenced as ``publish``; then the lease goes."""
+        commands = self._publish_commands(topology_id, status, workers,
+                                          {"ended": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        commands += [("EXPIRE", ctl_key(topology_id, name), RECORD_TTL_SECS)
+                     for name in ("run", "status", "token", "epoch", "history")]
+        commands.append(("DEL", ctl_key(topology_id, "kill")))
+        self._fenced(ctl_key(topology_id, "run"), token, commands)
+        self._release(keys=[ctl_key(topology_id, "lease")], args=[token])
+
+    def release(self, topology_id: str, token: int) -> None:
+        """Give the lease back without a final record (the run could not start)."""
         self._release(keys=[ctl_key(topology_id, "lease")], args=[token])
 
     # --- reader side (CLI, Airflow) -------------------------------------------------------------

@@ -15,7 +15,7 @@ import redis
 
 from ..api.status import RunStatus
 from ..supervisor.run_supervisor import RunSupervisor
-from .control_plane import ControlPlane
+from .control_plane import ControlPlane, LeaseLost
 
 log = logging.getLogger("topology.driver")
 
@@ -66,6 +66,7 @@ class RunReporter:
         self._last_progress = now
         self._prev: dict[str, int] = {}
         self._redis_down_since: float | None = None
+        self.fenced = False  # a newer run of the id took over: this run writes no record any more
 
     def tick(self) -> None:
         now = time.monotonic()
@@ -77,12 +78,14 @@ class RunReporter:
                     if req:
                         log.info("run %s: %s requested through the control plane", self.sup.name, req)
                         self.sup.request_kill(drain=(req == "drain"))
-                if now >= self._next_publish:
+                if now >= self._next_publish and not self.fenced:
                     self._next_publish = now + PUBLISH_SECS
-                    self.control.publish(self.sup.name, self.sup.status(), self.sup.workers_info())
+                    self.control.publish(self.sup.name, self.token, self.sup.status(), self.sup.workers_info())
                 if self._redis_down_since is not None:
                     log.warning("control plane: Redis reachable again after %.1fs", now - self._redis_down_since)
                     self._redis_down_since = None
+            except LeaseLost as e:
+                self._fenced_off(e)
             except redis.RedisError as e:
                 if self._redis_down_since is None:
                     self._redis_down_since = now
@@ -94,12 +97,23 @@ class RunReporter:
             self._last_progress = now
             print(line, file=self.out, flush=True)
 
+    def _fenced_off(self, e: LeaseLost) -> None:
+        """A newer run of this id owns the records: write nothing more, end this run."""
+        if not self.fenced:
+            self.fenced = True
+            log.error("%s; this run stops and leaves the records to the newer run", e)
+            self.sup.fail(f"fenced off: a newer run of {self.sup.name!r} started while this one was paused or "
+                          "cut off past its lease")
+
     def final(self) -> RunStatus:
         status = self.sup.status()
-        if self.control is not None and self.token is not None:
+        if self.control is not None and self.token is not None and not self.fenced:
             for attempt in range(5):
                 try:
                     self.control.finish(self.sup.name, self.token, status, self.sup.workers_info())
+                    break
+                except LeaseLost as e:
+                    self._fenced_off(e)
                     break
                 except redis.RedisError as e:
                     log.warning("control plane: could not record the final status (%s); retrying", e)

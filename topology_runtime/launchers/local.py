@@ -82,19 +82,24 @@ class LocalRun:
             resolved["topology.workers"] = workers
         self.name = name
         self.plan = build_plan(topology, resolved)
-        self.supervisor = RunSupervisor(name, self.plan)
         self.control = self.keeper = None
         token = None
         if redis_url:  # optional: makes the run visible to `topology status/list/kill`
-            from ..control.control_plane import ControlPlane, LeaseKeeper
+            from ..control.control_plane import ControlPlane
 
-            try:
-                self.control = ControlPlane(redis_url)
-                token = self.control.register(name, "local", self.plan.workers)
-            except BaseException:
-                self.supervisor.close()  # its sockets: left open, the next run's zmq term would hang
-                raise
+            self.control = ControlPlane(redis_url)
+            token = self.control.register(name, "local", self.plan.workers)  # before any state is touched
+        try:
+            self.supervisor = RunSupervisor(name, self.plan, token=token)
+        except BaseException:
+            if self.control is not None and token is not None:
+                self.control.release(name, token)
+            raise
+        if self.control is not None:
+            from ..control.control_plane import LeaseKeeper
+
             self.keeper = LeaseKeeper(self.control, name, token, lambda: self.supervisor.request_kill())
+        self.token = token
         from ..control.reporter import RunReporter
 
         self.reporter = RunReporter(self.supervisor, self.control, token, progress_interval)
@@ -107,7 +112,7 @@ class LocalRun:
 
     def _start(self, index: int, incarnation: int) -> None:
         spec = WorkerSpec(self.name, self.plan, index, incarnation, self.supervisor.control.address,
-                          self.supervisor.secret)
+                          self.supervisor.secret, token=self.token)
         p = _fork.Process(target=_worker_main, args=(spec,), name=f"{self.name}-worker-{index}", daemon=True)
         p.start()
         self.procs[index] = p

@@ -47,7 +47,7 @@ EXIT_ALREADY_LIVE = 5
 EXIT_BAD_TOPOLOGY = 4
 
 
-def _barrier_partition(name: str, plan, control_address: str, secret: bytes, epoch: int):
+def _barrier_partition(name: str, plan, control_address: str, secret: bytes, epoch: int, token: int):
     driver_host = control_address.rsplit(":", 1)[0].removeprefix("tcp://")
 
     def run(_rows):
@@ -56,7 +56,7 @@ def _barrier_partition(name: str, plan, control_address: str, secret: bytes, epo
         ctx = BarrierTaskContext.get()
         index = ctx.partitionId()
         host = failures.executor_address(driver_host)  # where Spark runs this task, as peers reach it
-        spec = WorkerSpec(name, plan, index, epoch, control_address, secret, host=host)
+        spec = WorkerSpec(name, plan, index, epoch, control_address, secret, host=host, token=token)
 
         def exchange(address: str) -> dict:
             return dict(enumerate(ctx.allGather(address)))
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     sc = spark.sparkContext
     sc.setLogLevel("ERROR")
     host = failures.driver_address(sc.getConf().get)  # the address Spark's driver uses, not loopback
-    sup = RunSupervisor(args.name, plan, host=host, restart_all_on_failure=True)
+    sup = RunSupervisor(args.name, plan, host=host, restart_all_on_failure=True, token=token)
     log.info("supervisor at %s", sup.control.address)
     # 0 turns progress lines off; the summary at the end is always printed.
     reporter = RunReporter(sup, control, token, progress_interval=args.progress_interval or 1e9)
@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
             group = f"topology-{args.name}-{epoch}"
             sc.setJobGroup(group, f"topology {args.name} epoch {epoch}")
             rdd = sc.parallelize(range(plan.workers), plan.workers).barrier().mapPartitions(
-                _barrier_partition(args.name, plan, sup.control.address, sup.secret, epoch))
+                _barrier_partition(args.name, plan, sup.control.address, sup.secret, epoch, token))
             try:
                 codes = rdd.collect()
                 reason = f"workers returned with exit codes {codes}"

@@ -36,8 +36,9 @@ class ExactlyOnceCheckpoints:
     Both are called with the supervisor's lock held (every method here runs under it)."""
 
     def __init__(self, name: str, plan: Plan, send_all: Callable[[dict], None],
-                 on_redis_lost: Callable[[], None]) -> None:
+                 on_redis_lost: Callable[[], None], token: int | None = None) -> None:
         self.name = name
+        self.token = token  # the run's fencing token: a stale run's record writes are refused
         self.redis = connect(state_redis_url(plan.conf, needed_for="topology.state.exactly.once"))
         self.replication = Replication(*state_replication(plan.conf))  # records wait for replicas (WAIT)
         self.coordinator = CheckpointCoordinator(
@@ -63,7 +64,7 @@ class ExactlyOnceCheckpoints:
         one, finish a COMMITTING one) so that restarted tasks start from one committed cut."""
         for attempt in range(RECOVERY_ATTEMPTS):
             try:
-                report = recover_stopped(self.redis, self.name, replication=self.replication)
+                report = recover_stopped(self.redis, self.name, replication=self.replication, token=self.token)
                 committed = load_checkpoint(self.redis, self.name).txid
                 break
             except redis.RedisError as e:
@@ -97,7 +98,7 @@ class ExactlyOnceCheckpoints:
             return
         try:
             # the record first (on enough replicas), then the message
-            save_checkpoint(self.redis, self.name, action.record, self.replication)
+            save_checkpoint(self.redis, self.name, action.record, self.replication, self.token)
         except redis.RedisError as e:
             log.warning("run %s: checkpoint coordination lost Redis (%s); rolling back", self.name, e)
             self.coordinator.abandon(unsaved=action)

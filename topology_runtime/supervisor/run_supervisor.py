@@ -56,8 +56,12 @@ class WorkerSlot:
 
 
 class RunSupervisor:
-    def __init__(self, name: str, plan: Plan, host: str = "127.0.0.1", restart_all_on_failure: bool = False) -> None:
+    def __init__(self, name: str, plan: Plan, host: str = "127.0.0.1", restart_all_on_failure: bool = False,
+                 token: int | None = None) -> None:
+        """``token``: the run's fencing token (state/fencing.py; None for a run without the
+        control plane): every state record this supervisor writes is fenced with it."""
         self.restart_all_on_failure = restart_all_on_failure
+        self.token = token
         self.name = name
         self.plan = plan
         self.secret = secrets.token_bytes(32)
@@ -89,7 +93,7 @@ class RunSupervisor:
         if self.eo:
             from .checkpoints import ExactlyOnceCheckpoints  # loads redis only for exactly-once runs
 
-            self.checkpoints = ExactlyOnceCheckpoints(name, plan, self._send_all, self._eo_redis_lost)
+            self.checkpoints = ExactlyOnceCheckpoints(name, plan, self._send_all, self._eo_redis_lost, token)
 
     # --- called by the launcher -------------------------------------------------------------------
     def worker_exited(self, index: int, exitcode: int | None) -> bool:

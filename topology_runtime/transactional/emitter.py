@@ -14,7 +14,7 @@ from typing import Any
 from state.replication import Replication
 from state.transactional import TransactionalState
 
-from ..api.config import state_redis_url, state_replication
+from ..api.config import fencing_token, state_redis_url, state_replication
 from ..reliability.transactional import TransactionAttempt, opaque_last_meta
 from .spouts import is_opaque
 
@@ -26,7 +26,7 @@ def open_state(conf: dict, context: Any, tx_id: str | None) -> TransactionalStat
     ``topology.transactional.id`` config, else the topology id), in the run's Redis."""
     tx_id = tx_id or conf.get("topology.transactional.id") or context.topology_id
     return TransactionalState.from_url(state_redis_url(conf, needed_for=NEEDS_REDIS), tx_id,
-                                       Replication(*state_replication(conf)))
+                                       Replication(*state_replication(conf)), fencing_token(conf))
 
 
 class TransactionalEmitter:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..api.config import state_redis_url, state_replication
+from ..api.config import fencing_token, state_redis_url, state_replication
 from .checkpoint_spout import CheckpointSpout
 
 
@@ -17,6 +17,7 @@ class TaskStateProvider:
         self.component_tasks = component_tasks
         self._redis = None
         self._replication = None
+        self.token = fencing_token(conf)
 
     def replication(self):
         """How many replicas a state commit waits for (topology.state.redis.min.replicas)."""
@@ -43,13 +44,13 @@ class TaskStateProvider:
             return InMemoryKeyValueState()
         client = self.redis()
         register_namespaces(client, self.topology_id, component, self.component_tasks[component])
-        return RedisKeyValueState(client, self.topology_id, task, self.replication())
+        return RedisKeyValueState(client, self.topology_id, task, self.replication(), self.token)
 
     def spout_position(self, task: int):
         """Exactly-once: where a spout task's committed snapshot lives, and the snapshot (or None)."""
         from state import RedisKeyValueState
 
-        st = RedisKeyValueState(self.redis(), self.topology_id, task, self.replication())
+        st = RedisKeyValueState(self.redis(), self.topology_id, task, self.replication(), self.token)
         return st, st.get("__snapshot")
 
     def checkpoint_spout(self) -> CheckpointSpout:
@@ -58,8 +59,8 @@ class TaskStateProvider:
         interval = float(self.conf["topology.state.checkpoint.interval.ms"])
         if self.conf["topology.state.provider"] == "redis":
             client = self.redis()
-            tid, rep = self.topology_id, self.replication()
+            tid, rep, token = self.topology_id, self.replication(), self.token
             return CheckpointSpout(lambda: load_checkpoint(client, tid),
-                                   lambda cp: save_checkpoint(client, tid, cp, rep), interval)
+                                   lambda cp: save_checkpoint(client, tid, cp, rep, token), interval)
         box = [INITIAL]
         return CheckpointSpout(lambda: box[0], lambda cp: box.__setitem__(0, cp), interval)

@@ -19,6 +19,7 @@ from typing import Any
 import zmq
 
 from ..api.components import Tuple
+from ..api.config import FENCING_TOKEN
 from ..plan.planner import Plan
 from ..transport.messages import Control
 from ..transport.sockets import ControlClient, DataTransport, pack, unpack
@@ -53,6 +54,7 @@ class WorkerSpec:
     control_address: str
     secret: bytes
     host: str = "127.0.0.1"
+    token: int | None = None  # the run's fencing token (state/fencing.py): every state write carries it
 
 
 class Worker:
@@ -65,6 +67,7 @@ class Worker:
         self.conf: dict[str, Any] = dict(spec.plan.conf)
         self.index = spec.index
         self.conf["topology.name"] = spec.topology_id
+        self.conf[FENCING_TOKEN] = spec.token  # for the state this worker's tasks and spouts open
         plan = self.plan
         self.n_ackers = len(plan.acker_tasks)
         self.acker_tasks = plan.acker_tasks
