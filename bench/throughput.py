@@ -153,9 +153,9 @@ def startup_phases(log: str, t0: float) -> dict:
 
 
 def run_variant(launcher: str, sentences: list[str], workers: int, acking: bool, rate: float | None = None,
-                redis_url: str | None = None) -> dict:
+                redis_url: str | None = None, extra_conf: dict | None = None) -> dict:
     outdir = tempfile.mkdtemp(prefix="bench-")
-    conf = {"bench.outdir": outdir, "topology.message.timeout.secs": 60}
+    conf = {"bench.outdir": outdir, "topology.message.timeout.secs": 60, **(extra_conf or {})}
     if not acking:
         conf["topology.acker.executors"] = 0
     name = f"bench-{launcher}-{workers}w-{'ack' if acking else 'noack'}{'-paced' if rate else ''}-{os.getpid()}"

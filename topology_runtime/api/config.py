@@ -16,7 +16,11 @@ DEFAULTS: dict[str, Any] = {
     "topology.workers": 1,
     "topology.acker.executors": None,  # None -> one per worker
     "topology.message.timeout.secs": 30,
-    "topology.max.spout.pending": None,  # None -> unbounded
+    # Not set: DEFAULT_MAX_SPOUT_PENDING trees per spout task (a transactional topology: 1 batch).
+    "topology.max.spout.pending": None,
+    # This project's: about this many bytes of tuple values pending per spout task (None: no byte
+    # bound), so large tuples cannot fill a worker's memory (spout_pending.PendingBudget).
+    "topology.max.spout.pending.bytes": 64 << 20,
     "topology.enable.message.timeouts": True,
     "topology.tick.tuple.freq.secs": None,
     "topology.state.checkpoint.interval.ms": 1000,
@@ -184,6 +188,8 @@ def resolve_config(conf: Mapping[str, Any] | None, workers: int | None = None) -
     out[k] = _positive_number(k, out[k])
     k = "topology.max.spout.pending"
     out[k] = _positive_number(k, out[k], allow_none=True, integer=True)
+    k = "topology.max.spout.pending.bytes"
+    out[k] = _positive_number(k, out[k], allow_none=True, integer=True)
     k = "topology.state.redis.min.replicas"
     out[k] = _positive_number(k, out[k], allow_none=True, integer=True, zero=True)
     k = "topology.state.redis.wait.timeout.ms"
@@ -240,6 +246,18 @@ def state_replication(conf: Mapping[str, Any]) -> tuple[int, int]:
     ``topology.state.redis.wait.timeout.ms``); for ``state.replication.Replication``."""
     timeout = conf.get("topology.state.redis.wait.timeout.ms") or DEFAULTS["topology.state.redis.wait.timeout.ms"]
     return int(conf.get("topology.state.redis.min.replicas") or 0), int(timeout)
+
+
+# Trees a spout task may have pending when topology.max.spout.pending is not set: bounded by
+# default (memory), high enough not to limit throughput (bench/README.md, "Default pending").
+DEFAULT_MAX_SPOUT_PENDING = 1000
+
+
+def spout_pending_limits(conf: Mapping[str, Any]) -> tuple[int, int | None]:
+    """``(trees, bytes)`` a spout task may have pending under ``conf`` (its component's)."""
+    n = conf.get("topology.max.spout.pending")
+    b = conf.get("topology.max.spout.pending.bytes", DEFAULTS["topology.max.spout.pending.bytes"])
+    return (DEFAULT_MAX_SPOUT_PENDING if n is None else int(n)), (None if b is None else int(b))
 
 
 # Set by the worker, never by a user (an unknown key there): the run's fencing token, which every

@@ -13,6 +13,7 @@ from state.checkpoint_state import PREPARE
 from ..api.components import DEFAULT_STREAM
 from ..reliability import ACK, FAIL, SpoutPending
 from ..reliability.checkpointing import CHECKPOINT_STREAM
+from ..reliability.spout_pending import PendingBudget
 from ..transport.wire import check_values
 from .executor_base import BaseExecutor
 from .port import WorkerPort
@@ -37,10 +38,12 @@ class SpoutExecutor(BaseExecutor):
     """Runs one spout task: binds the collector on the instance, tracks what it emitted with a
     message id until the ackers decide, and calls back ``ack``/``fail``."""
 
-    def __init__(self, port: WorkerPort, task: int, component: str, instance: Any, routes: dict[str, Route], max_pending: int | None) -> None:
+    def __init__(self, port: WorkerPort, task: int, component: str, instance: Any, routes: dict[str, Route],
+                 max_pending: int | None, max_pending_bytes: int | None = None) -> None:
         super().__init__(port, task, component, instance, routes)
         self.pending = SpoutPending()
-        self.max_pending = max_pending if port.n_ackers > 0 else None
+        # No ackers: nothing is pending (acked at emit), so neither bound applies.
+        self.budget = PendingBudget(max_pending, max_pending_bytes) if port.n_ackers > 0 else None
         self.n_ackers = port.n_ackers
         self.acker_slot = port.preferred_acker_slot()
         self.finished = False
@@ -117,6 +120,11 @@ class SpoutExecutor(BaseExecutor):
             deliver(t, values, info, self.task, {root: edge})
         self.pending.add(root, msg_id, time.perf_counter())
         self.port.inits.append((root, init_val, self.task))
+        budget = self.budget
+        if budget is not None:
+            budget.countdown -= 1
+            if budget.countdown <= 0:
+                budget.observe(values)
 
     def _callback(self, fn, msg_id) -> None:
         try:
@@ -130,12 +138,17 @@ class SpoutExecutor(BaseExecutor):
         mp = self.max_pending
         return mp is None or len(self.pending) < mp
 
+    @property
+    def max_pending(self) -> int | None:
+        """Trees this task may have pending now (count and byte bounds), None: unbounded."""
+        return self.budget.cap if self.budget is not None else None
+
     def run_next_tuple(self, max_calls: int) -> int:
         """Call next_tuple up to max_calls times while it keeps emitting; return emits."""
         stats = self.stats
         start = stats.emitted
         nt = self.instance.next_tuple
-        mp = self.max_pending
+        budget = self.budget
         pending = self.pending
         for _ in range(max_calls):
             before = stats.emitted
@@ -145,7 +158,8 @@ class SpoutExecutor(BaseExecutor):
                 self.next_tuple_errors += 1
                 self.report_error("next_tuple()", e)
                 break
-            if stats.emitted == before or self.finished or (mp is not None and len(pending) >= mp):
+            if stats.emitted == before or self.finished or (
+                    budget is not None and budget.cap is not None and len(pending) >= budget.cap):
                 break
         return stats.emitted - start
 

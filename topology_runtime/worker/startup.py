@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from ..api.builder import is_basic
 from ..api.components import StatefulBolt, TopologyContext
+from ..api.config import spout_pending_limits
 from ..plan.planner import ACKER
 from ..reliability.checkpointing import CHECKPOINT_SPOUT
 from ..transport.messages import Control
@@ -28,7 +29,6 @@ class FatalStartupError(Exception):
 def start_tasks(w: Worker) -> None:
     plan = w.plan
     tasks_map = {c: list(t) for c, t in plan.component_tasks.items()}
-    max_pending = w.conf.get("topology.max.spout.pending")
     for task in sorted(w.local_tasks):
         cid = plan.task_component[task]
         if cid == ACKER:
@@ -50,7 +50,7 @@ def start_tasks(w: Worker) -> None:
         conf.update(plan.component_conf.get(cid, {}))
         ctx = TopologyContext(task, cid, plan.task_index(task), tasks_map, w.spec.topology_id, w.index)
         if spec.is_spout:
-            ex = SpoutExecutor(w.port, task, cid, instance, routes, max_pending)
+            ex = SpoutExecutor(w.port, task, cid, instance, routes, *spout_pending_limits(conf))
             w.local_spouts[task] = ex
             open_task(w, ex, instance.open, conf, ctx)
             if w.eo is not None:

@@ -1,0 +1,98 @@
+"""Memory is bounded by default (issue 19 item 5): a spout task's pending trees are bounded in
+number (topology.max.spout.pending, 1000 when not set) and in bytes of tuple values
+(topology.max.spout.pending.bytes, 64 MiB), so 150 tuples of 10 MB do not pile up in a worker."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from topology_runtime import BasicBolt, LocalCluster, Spout, TopologyBuilder
+from topology_runtime.reliability.spout_pending import PendingBudget, value_bytes
+
+MB = 1 << 20
+
+
+def test_the_budget_bounds_count_and_bytes():
+    b = PendingBudget(1000, 64 * MB)
+    assert b.cap == 1000  # nothing seen yet: the count bound
+    b.observe([b"x" * (10 * MB)])
+    assert b.cap == 6  # 64 MiB of 10 MiB tuples
+    for _ in range(3):
+        b.observe(["a short sentence"])
+    assert 6 <= b.cap < 1000  # a smaller tuple lowers the estimate slowly
+    for _ in range(200):
+        b.observe(["a short sentence"])
+    assert b.cap == 1000
+    b.observe([b"y" * (32 * MB)])
+    assert b.cap == 2  # a larger one raises it at once
+    assert PendingBudget(None, None).cap is None  # both bounds off: unbounded
+    assert PendingBudget(7, None).countdown > 1 << 40  # no byte bound: never samples
+
+
+def test_value_bytes_counts_strings_bytes_and_one_level_of_containers():
+    assert value_bytes(["abc", b"de", 7]) == 3 + 2 + 16
+    assert value_bytes([["ab", "c"], {"k": "vv"}]) == (16 + 3) + (16 + 1 + 2)
+
+
+class BigTuples(Spout):
+    outputs = ["blob"]
+
+    def open(self, conf, context):
+        self.n = 0
+
+    def next_tuple(self):
+        if self.n >= 150:
+            self.finish()
+            return
+        self.n += 1
+        self.emit([bytes(10 * MB)], msg_id=self.n)  # a fresh 10 MB value each time
+
+
+class SlowSink(BasicBolt):
+    outputs = []
+
+    def execute(self, tup):
+        time.sleep(0.03)  # slower than the spout: without bounds, tuples pile up
+
+
+def _peak_worker_rss(conf: dict) -> tuple[str, float]:
+    """Run 150 tuples of 10 MB through 2 workers; the peak RSS of the largest worker (MiB)."""
+    b = TopologyBuilder()
+    b.set_spout("big", BigTuples(), 1)
+    b.set_bolt("sink", SlowSink(), 2).shuffle_grouping("big")
+    peak = 0.0
+    with LocalCluster(workers=2) as cluster:
+        run = cluster.submit("big-tuples", b.create_topology(), conf)
+        stop = threading.Event()
+
+        def sample():
+            nonlocal peak
+            while not stop.wait(0.02):
+                for pid in list(run.pids.values()):
+                    try:  # VmHWM: the kernel's own peak, so no spike falls between two samples
+                        with open(f"/proc/{pid}/status") as f:
+                            hwm = next(line for line in f if line.startswith("VmHWM:"))
+                        peak = max(peak, int(hwm.split()[1]) / 1024)
+                    except (OSError, StopIteration):
+                        pass
+        t = threading.Thread(target=sample)
+        t.start()
+        try:
+            status = run.wait(timeout=120)
+        finally:
+            stop.set()
+            t.join()
+    return status.state, peak
+
+
+def test_large_tuples_stay_bounded_by_default_and_pile_up_without_the_bounds():
+    small_batches = {"topology.transfer.batch.size": 4}  # unbounded, a 1000-tuple batch would be over 256 MB
+    state, bounded = _peak_worker_rss(small_batches)
+    assert state == "completed"
+    state, unbounded = _peak_worker_rss({**small_batches, "topology.max.spout.pending": 100_000,
+                                         "topology.max.spout.pending.bytes": None})
+    assert state == "completed"
+    print(f"\npeak worker RSS, 150 tuples of 10 MB: {bounded:.0f} MiB by default, {unbounded:.0f} MiB unbounded")
+    assert bounded < 400, f"a worker reached {bounded:.0f} MiB with the default bounds"
+    assert unbounded > 2 * bounded  # the test can see a pile-up
