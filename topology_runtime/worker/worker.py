@@ -421,7 +421,17 @@ class Worker:
         ob = self.outbox.pop(w, None)
         if ob is None or not any(ob):
             return
-        self.transport.send(w, pack([self.index, *ob]))
+        payload = pack([self.index, *ob])
+        if len(payload) > self.transport.max_bytes and len(ob[0]) > 1:
+            # Over the message cap (large tuples): two halves in order, acker messages with the
+            # first. Only a single tuple over the cap is refused (transport.send says why).
+            half = len(ob[0]) // 2
+            self.outbox[w] = [ob[0][:half], *ob[1:]]
+            self._send_peer(w)
+            self.outbox[w] = [ob[0][half:], [], [], [], [], []]
+            self._send_peer(w)
+            return
+        self.transport.send(w, payload)
         self.sent_batches += 1
 
     def _shutdown(self) -> None:
