@@ -15,7 +15,8 @@ with DAG(
     render_template_as_native_obj=True,
     params={
         "topology_id": Param("wordcount", type="string", minLength=1, title="Topology id",
-                             description="The run name / topology id whose state to recover"),
+                             description="The run name / topology id whose state to recover; an id this "
+                                         "Redis has no record of fails the run, naming the ids it knows"),
         "action": Param("auto", type="string", enum=["auto", "rollback", "commit"], title="Action",
                         description="auto follows the checkpoint record (PREPARING -> roll back, "
                                     "COMMITTING -> commit); a forced action that would split txids is refused"),

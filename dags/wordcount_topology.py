@@ -41,8 +41,9 @@ def wordcount_dag(dag_id: str, deferrable: bool) -> DAG:
 
         loaded = load_sentences()
 
-        # Whatever a crashed earlier run left prepared is committed or rolled back before a new run.
-        recover = TopologyRecoveryOperator(task_id="recover_state", topology_id="wordcount")
+        # Whatever a crashed earlier run left prepared is committed or rolled back before a new run;
+        # on a fresh Redis there is no record of "wordcount" yet: allowed, as the first run.
+        recover = TopologyRecoveryOperator(task_id="recover_state", topology_id="wordcount", allow_unknown=True)
 
         wordcount = SubmitTopologyOperator(
             task_id="wordcount",

@@ -3,11 +3,14 @@
 The checkpoint record decides, as the checkpoint spout does on start-up: PREPARING(t) rolls
 every task back to t-1, COMMITTING(t) commits t everywhere, COMMITTED(t) has nothing to do. A
 forced action that would leave tasks at different txids is refused with the reason, and
-nothing is done while the run is live (its lease is held).
+nothing is done while the run is live (its lease is held). An id Redis holds no record of is
+refused too (a typo, or the wrong Redis), naming a few ids it does know, unless the caller
+allows a first run (``allow_unknown``).
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 from dataclasses import dataclass, field
 
@@ -16,16 +19,24 @@ import redis
 from .checkpoint import COMMITTED, COMMITTING, PREPARING, CheckPointState, load_checkpoint, save_checkpoint
 from .connection import connect
 from .fencing import guarded, with_fence
-from .layout import ctl_key, owner_of, task_key, task_pattern
+from .layout import REGISTRY, TOPOLOGY_ID, ctl_key, owner_of, task_key, task_pattern
 from .redis_kv import COMMIT_SCRIPT, ROLLBACK_SCRIPT
 from .replication import NO_WAIT, Replication, atomic
 from .serializer import TOMBSTONE
 
 ACTIONS = ("auto", "rollback", "commit")
+KNOWN_SHOWN = 5  # how many known ids the unknown-id message names
+# The records of a topology's control slot ({ID:ctl}, layout.py); its task keys are found by SCAN.
+_CTL_RECORDS = ("run", "checkpoint", "namespaces", "lease", "token", "fence", "epoch", "status", "history", "kill")
 
 
 class RecoveryRefused(RuntimeError):
     """Recovery would be unsafe; the message says why. Nothing was changed."""
+
+
+class UnknownTopology(RecoveryRefused):
+    """Redis holds no record of the id (no run, checkpoint, namespaces or task state): the
+    message names a few ids it does know. Nothing was changed."""
 
 
 @dataclass
@@ -48,11 +59,13 @@ class RecoveryReport:
     dry_run: bool
     checkpoint_after: str
     tasks: list[TaskRecovery] = field(default_factory=list)
+    known: bool = True  # False: Redis held no record of the id (a first run, allowed by the caller)
 
     def text(self) -> str:
         lines = [
             f"topology {self.topology_id!r}: checkpoint {self.checkpoint_before}; action {self.action} -> "
-            f"{self.decision}{' (dry run: nothing changed)' if self.dry_run else ''}",
+            f"{self.decision}{' (dry run: nothing changed)' if self.dry_run else ''}"
+            f"{'' if self.known else ' (no record of this id in Redis: a first run, nothing to recover)'}",
             f"{'task':<8} {'component':<16} {'committed':>9} {'prepared':>9} {'keys':>6}  {'did':<34} committed after",
         ]
         for t in self.tasks:
@@ -89,14 +102,59 @@ def _txids(client: redis.Redis, topology_id: str, task: str) -> tuple[int | None
     return d.get("commit"), d.get("prepare"), int(n)
 
 
+def is_known(client: redis.Redis, topology_id: str) -> bool:
+    """Whether Redis holds any record of the id: the run registry, a control record (run,
+    checkpoint, namespaces, lease, ...) or a key of one of its tasks (state, prepare, txid)."""
+    if client.zscore(REGISTRY, topology_id) is not None:
+        return True
+    if client.exists(*(ctl_key(topology_id, n) for n in _CTL_RECORDS)):  # one slot: one EXISTS
+        return True
+    return any((owner_of(k) or ("",))[0] == topology_id
+               for k in client.scan_iter(match=task_pattern(topology_id), count=1000))
+
+
+def known_ids(client: redis.Redis, like: str | None = None, limit: int = KNOWN_SHOWN) -> tuple[list[str], int]:
+    """(up to ``limit`` ids Redis holds records of, how many it holds): ids close to ``like``
+    first (a typo's likely meaning), then the run registry's newest first, then ids that only
+    have checkpoint, namespace or task records, sorted."""
+    registry = [n.decode() if isinstance(n, bytes) else n for n in client.zrevrange(REGISTRY, 0, -1)]
+    registry = [n for n in registry if TOPOLOGY_ID.fullmatch(n)]
+    others: set[str] = set()
+    for k in client.scan_iter(match="topology:{*}:*", count=1000):
+        owner = owner_of(k)
+        if owner is not None:
+            others.add(owner[0])
+    seen = set(registry)
+    ids = registry + sorted(others - seen)
+    close = difflib.get_close_matches(like, ids, n=limit, cutoff=0.6) if like else []
+    ordered = close + [i for i in ids if i not in close]
+    return ordered[:limit], len(ids)
+
+
+def unknown_message(client: redis.Redis, topology_id: str) -> str:
+    """``no topology 'X' in Redis (known: a, b, c)``: one line."""
+    shown, total = known_ids(client, topology_id)
+    known = ", ".join(shown) + (f", ... ({total} in all)" if total > len(shown) else "") if shown else "none"
+    return f"no topology {topology_id!r} in Redis (known: {known})"
+
+
 def recover(topology_id: str, redis_url: str, action: str = "auto", dry_run: bool = False,
-            replication: Replication = NO_WAIT) -> RecoveryReport:
+            replication: Replication = NO_WAIT, allow_unknown: bool = False) -> RecoveryReport:
+    """Recover a stopped topology's state. An id Redis holds no record of raises UnknownTopology
+    naming a few known ids, unless ``allow_unknown`` (a first run: nothing to recover, a report
+    with ``known=False`` and decision "nothing")."""
     if action not in ACTIONS:
         raise ValueError(f"action must be one of {ACTIONS}, got {action!r}")
     client = connect(redis_url)
     if client.exists(ctl_key(topology_id, "lease")):
         raise RecoveryRefused(f"topology {topology_id!r} is live (its lease is held): stop it first "
                               f"(topology kill {topology_id}); a live run recovers by itself")
+    if not is_known(client, topology_id):
+        if not allow_unknown:
+            raise UnknownTopology(unknown_message(client, topology_id))
+        report = recover_stopped(client, topology_id, action, dry_run, replication)
+        report.known = False
+        return report
     return recover_stopped(client, topology_id, action, dry_run, replication)
 
 

@@ -133,6 +133,58 @@ def test_recovery_dag_refuses_a_forced_commit_that_splits_txids(airflow_db, redi
     assert RedisKeyValueState(client, "split", 1).prepared_txid == 0  # nothing changed
 
 
+def test_recovery_of_an_unknown_id_fails_naming_known_ids(airflow_db, redis_url, monkeypatch, capfd):
+    """The operator, the manual recovery DAG: an id Redis has no record of (a typo, the wrong
+    Redis) fails, without retries, naming ids it knows; nothing is written."""
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.sdk.exceptions import AirflowFailException
+    from topology_airflow import TopologyRecoveryOperator
+
+    from state.checkpoint import COMMITTED, CheckPointState, save_checkpoint
+
+    monkeypatch.setenv("TOPOLOGY_REDIS_URL", redis_url)
+    client = redis.Redis.from_url(redis_url)
+    ControlPlane(redis_url).register("wordcount", "spark", 2)
+    client.delete("topology:{wordcount:ctl}:lease")  # a run that ended (its lease gone)
+    save_checkpoint(client, "stateful", CheckPointState(2, COMMITTED))
+    before = {k: client.dump(k) for k in client.keys("*")}
+    op = TopologyRecoveryOperator(task_id="recover", topology_id="wordcont", redis_url=redis_url)
+    with pytest.raises(AirflowFailException) as e:
+        op.execute(context={})
+    assert str(e.value) == "no topology 'wordcont' in Redis (known: wordcount, stateful)"
+    # the same id is known to the same operator once allowed as a first run
+    allowed = TopologyRecoveryOperator(task_id="recover", topology_id="wordcont", redis_url=redis_url,
+                                       allow_unknown=True).execute(context={})
+    assert allowed["known"] is False and allowed["decision"] == "nothing"
+    dag = DagBag(dag_folder=str(ROOT / "dags")).get_dag("topology_recovery")
+    capfd.readouterr()
+    run = dag.test(run_conf={"topology_id": "no-such-id", "action": "auto", "dry_run": False})
+    assert run.state == "failed"
+    out = capfd.readouterr()  # dag.test logs the task's failure with its traceback
+    assert "AirflowFailException: no topology 'no-such-id' in Redis (known: wordcount, stateful)" \
+        in out.out + out.err, (out.out + out.err)[-3000:]
+    assert {k: client.dump(k) for k in client.keys("*")} == before
+    ok = TopologyRecoveryOperator(task_id="recover", topology_id="stateful", redis_url=redis_url).execute({})
+    assert ok["known"] is True and ok["decision"] == "nothing"
+
+
+def test_example_dag_recovery_step_allows_a_first_run(airflow_db, redis_url, monkeypatch):
+    """On a fresh Redis the example DAG's recovery step (before its first submit) succeeds: the
+    DAG passes allow_unknown=True."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setenv("TOPOLOGY_REDIS_URL", redis_url)
+    client = redis.Redis.from_url(redis_url)
+    assert client.dbsize() == 0
+    bag = DagBag(dag_folder=str(ROOT / "dags"))
+    for dag_id in ("wordcount_topology", "wordcount_topology_deferrable"):
+        task = bag.get_dag(dag_id).get_task("recover_state")
+        assert task.allow_unknown is True and task.topology_id == "wordcount"
+        result = task.execute(context={})
+        assert result["known"] is False and result["decision"] == "nothing" and result["tasks"] == []
+    assert client.dbsize() == 0  # a first run's recovery writes nothing
+
+
 def _event_text(logs: list[dict]) -> list[str]:
     return [e["event"] % e["positional_args"] if e.get("positional_args") else e["event"] for e in logs]
 

@@ -68,3 +68,72 @@ def test_wrong_redis_password_exits_9(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def _plant_known_ids(redis_url: str) -> redis.Redis:
+    """Three ids with different records: a finished run (run registry and records), a
+    checkpoint record only, and task state only (a crashed run whose records expired)."""
+    from state import RedisKeyValueState
+    from state.checkpoint import PREPARING, CheckPointState, save_checkpoint
+    from topology_runtime.api.status import RunStatus
+    from topology_runtime.control.control_plane import ControlPlane
+
+    control = ControlPlane(redis_url)
+    token = control.register("alpha", "local", 1)
+    control.finish("alpha", token, RunStatus("alpha", "completed"))
+    client = redis.Redis.from_url(redis_url)
+    save_checkpoint(client, "beta", CheckPointState(3, PREPARING))
+    s = RedisKeyValueState(client, "gamma", 1)
+    s.put("n", 1)
+    s.prepare_commit(0)
+    return client
+
+
+def test_recover_of_an_unknown_id_exits_6_naming_known_ids(tmp_path, redis_url):
+    client = _plant_known_ids(redis_url)
+    before = {k: client.dump(k) for k in client.keys("*")}
+    rc, lines = _topology("recover", "nope", cwd=tmp_path, redis_url=redis_url)
+    assert rc == 6, lines
+    assert lines == ["topology: no topology 'nope' in Redis (known: alpha, beta, gamma)"], lines
+    rc, lines = _topology("recover", "nope", "--dry-run", cwd=tmp_path, redis_url=redis_url)
+    assert rc == 6 and lines == ["topology: no topology 'nope' in Redis (known: alpha, beta, gamma)"], lines
+    # a typo: the id it most likely meant comes first
+    rc, lines = _topology("recover", "gama", cwd=tmp_path, redis_url=redis_url)
+    assert rc == 6 and lines == ["topology: no topology 'gama' in Redis (known: gamma, alpha, beta)"], lines
+    assert {k: client.dump(k) for k in client.keys("*")} == before  # refused: nothing written
+    # an empty Redis knows none
+    client.flushall()
+    rc, lines = _topology("recover", "nope", cwd=tmp_path, redis_url=redis_url)
+    assert rc == 6 and lines == ["topology: no topology 'nope' in Redis (known: none)"], lines
+
+
+def test_recover_allow_unknown_is_a_first_run_and_known_ids_still_recover(tmp_path, redis_url):
+    client = _plant_known_ids(redis_url)
+    out = subprocess.run([sys.executable, "-m", "topology_runtime.cli", "recover", "fresh", "--allow-unknown",
+                          "--redis", redis_url], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "action auto -> nothing" in out.stdout and "a first run, nothing to recover" in out.stdout, out.stdout
+    assert not client.keys("*fresh*")  # nothing written for it
+    # state but no run record (a crashed run whose records expired) and a checkpoint alone: known
+    for topology_id, decision in (("gamma", "nothing"), ("beta", "rollback"), ("alpha", "nothing")):
+        out = subprocess.run([sys.executable, "-m", "topology_runtime.cli", "recover", topology_id,
+                              "--redis", redis_url], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+        assert out.returncode == 0, (topology_id, out.stderr)
+        assert f"action auto -> {decision}" in out.stdout and "first run" not in out.stdout, out.stdout
+
+
+def test_recover_library_call_names_a_few_known_ids(redis_url):
+    from state import RecoveryRefused, recover
+    from state.recovery import KNOWN_SHOWN, UnknownTopology
+
+    client = redis.Redis.from_url(redis_url)
+    for i in range(8):
+        client.zadd("topology:runs", {f"run{i}": i})  # the registry: newest first
+    with pytest.raises(UnknownTopology) as e:
+        recover("nope", redis_url)
+    assert isinstance(e.value, RecoveryRefused)
+    assert str(e.value) == "no topology 'nope' in Redis (known: run7, run6, run5, run4, run3, ... (8 in all))"
+    assert KNOWN_SHOWN == 5
+    report = recover("nope", redis_url, allow_unknown=True)
+    assert report.known is False and report.decision == "nothing" and report.tasks == []
+    assert recover("run3", redis_url).known is True  # a registry entry alone is a record of the id

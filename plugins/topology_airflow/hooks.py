@@ -245,6 +245,8 @@ class TopologyHook(BaseHook):
     def get_run(self, name: str) -> RunRecord | None:
         return self.control.get(name)
 
-    def recover(self, topology_id: str, action: str = "auto", dry_run: bool = False) -> RecoveryReport:
-        """The recovery protocol on the stopped topology's state (raises RecoveryRefused)."""
-        return recover(topology_id, self.redis_url, action=action, dry_run=dry_run)
+    def recover(self, topology_id: str, action: str = "auto", dry_run: bool = False,
+                allow_unknown: bool = False) -> RecoveryReport:
+        """The recovery protocol on the stopped topology's state (raises RecoveryRefused; its
+        subclass UnknownTopology for an id Redis has no record of, unless ``allow_unknown``)."""
+        return recover(topology_id, self.redis_url, action=action, dry_run=dry_run, allow_unknown=allow_unknown)

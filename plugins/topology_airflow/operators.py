@@ -153,30 +153,40 @@ class SubmitTopologyOperator(BaseOperator):
 
 class TopologyRecoveryOperator(BaseOperator):
     """Run the recovery protocol on a stopped topology's state: commit or roll back what a crash
-    left prepared (``action`` auto/rollback/commit; ``dry_run`` reports without changing)."""
+    left prepared (``action`` auto/rollback/commit; ``dry_run`` reports without changing).
+
+    An id Redis has no record of fails the task, without retries: ``no topology 'X' in Redis
+    (known: a, b, c)``. ``allow_unknown=True`` (a DAG that recovers before its first submit)
+    makes such an id a first run instead: nothing to recover, the task succeeds."""
 
     template_fields: Sequence[str] = ("topology_id", "action", "dry_run", "redis_url")
     ui_color = "#fbeee8"
 
     def __init__(self, *, topology_id: str, action: str = "auto", dry_run: bool | str = False,
-                 redis_url: str | None = None, **kwargs: Any) -> None:
+                 redis_url: str | None = None, allow_unknown: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.topology_id = topology_id
         self.action = action
         self.dry_run = dry_run
         self.redis_url = redis_url
+        self.allow_unknown = allow_unknown
 
     def execute(self, context: Any) -> dict:
+        from airflow.sdk.exceptions import AirflowFailException
+
         from state import RecoveryRefused
+        from state.recovery import UnknownTopology
 
         dry = self.dry_run if isinstance(self.dry_run, bool) else str(self.dry_run).lower() in ("true", "1", "yes")
         hook = TopologyHook(redis_url=self.redis_url)
         try:
-            report = hook.recover(self.topology_id, self.action, dry)
+            report = hook.recover(self.topology_id, self.action, dry, allow_unknown=self.allow_unknown)
+        except UnknownTopology as e:  # a typo or the wrong Redis: retrying would not help
+            raise AirflowFailException(str(e)) from e
         except (RecoveryRefused, ValueError) as e:
             raise AirflowException(f"recovery of topology {self.topology_id!r} refused: {e}") from e
         for line in report.text().splitlines():
             self.log.info("%s", line)
-        return {"decision": report.decision, "checkpoint_before": report.checkpoint_before,
+        return {"decision": report.decision, "known": report.known, "checkpoint_before": report.checkpoint_before,
                 "checkpoint_after": report.checkpoint_after, "dry_run": report.dry_run,
                 "tasks": [t.__dict__ for t in report.tasks]}

@@ -165,9 +165,14 @@ def cmd_kill(args: argparse.Namespace) -> int:
 
 def cmd_recover(args: argparse.Namespace) -> int:
     from state import RecoveryRefused, recover
+    from state.recovery import UnknownTopology
 
     try:
-        report = recover(args.id, _redis(args), action=args.action, dry_run=args.dry_run)
+        report = recover(args.id, _redis(args), action=args.action, dry_run=args.dry_run,
+                         allow_unknown=args.allow_unknown)
+    except UnknownTopology as e:  # a typo or the wrong Redis: the message names ids it knows
+        print(f"topology: {e}", file=sys.stderr)
+        return 6  # no such run
     except RecoveryRefused as e:
         print(f"topology: recovery refused: {e}", file=sys.stderr)
         return 8
@@ -257,6 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("id")
     rc.add_argument("--action", choices=["auto", "rollback", "commit"], default="auto")
     rc.add_argument("--dry-run", action="store_true", help="report what would be done, change nothing")
+    rc.add_argument("--allow-unknown", action="store_true",
+                    help="an id Redis has no record of is a first run (nothing to recover, exit 0) "
+                         "instead of an error (exit 6)")
     rc.add_argument("--redis")
     rc.set_defaults(func=cmd_recover)
 
