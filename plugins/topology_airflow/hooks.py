@@ -3,8 +3,10 @@ topology's Redis control plane. Operators, the sensor and the trigger stay thin.
 
 from __future__ import annotations
 
+import collections
 import os
 import re
+import signal
 import socket
 import subprocess
 import time
@@ -12,6 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from airflow.exceptions import AirflowException
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import BaseHook
 
@@ -19,11 +22,58 @@ from state import RecoveryReport, recover
 from state.checkpoint import COMMITTED, load_checkpoint
 from state.layout import ctl_key
 from state.transactional import current_txid
-from topology_runtime.control.control_plane import ControlPlane, RunRecord
+from topology_runtime.api.status import FINAL_STATES
+from topology_runtime.control.control_plane import ControlPlane, RunRecord, status_from_dict
+from topology_runtime.control.reporter import progress_line
 from topology_runtime.launchers.spark import DRIVER_SCRIPT, SubmitParts, driver_args, submit_parts
 
 # A log line of the driver or of Spark (timestamped); the reporter's summary lines are not.
 _LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d|\d\d/\d\d/\d\d \d\d:\d\d:\d\d)")
+
+
+# The driver's own one-line reasons for not running: a rejected topology (exit 4), an id already
+# live (exit 5), a failed run's summary ("error: ...").
+_REASON = re.compile(r"^(error: .+|topology '.+' rejected: .+)$")
+_EXIT_CODE = re.compile(r"Error code is: (-?\d+)")
+_GONE_POLLS = 3  # polls without a lease and without a final state: the driver vanished
+
+
+class _DriverSubmit(SparkSubmitHook):
+    """SparkSubmitHook that keeps the driver's last output lines, so a failure can be reported
+    by its reason rather than by spark-submit's command line."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tail: collections.deque[str] = collections.deque(maxlen=200)
+
+    def _process_spark_submit_log(self, itr: Any) -> None:
+        def tee():
+            for line in itr:
+                self.tail.append(line.rstrip("\n"))
+                yield line
+        return super()._process_spark_submit_log(tee())
+
+    def reason(self) -> str | None:
+        return next((m.group(1) for line in reversed(self.tail) if (m := _REASON.match(line.strip()))), None)
+
+
+def submit_failure(name: str, reason: str | None, code: int | None) -> str:
+    """A failed submit's message, its reason first: ``topology 'x' failed: <the run's error>``,
+    ``topology 'x' rejected: ...``, ``topology 'x' is already live ...``."""
+    if reason is None:
+        return f"topology {name!r}: spark-submit failed before the driver gave a reason"
+    text = reason.removeprefix("error: ")
+    if code == 1:
+        return f"topology {name!r} failed: {text}"
+    if code == 2:
+        return f"topology {name!r} was killed: {text}"
+    return text
+
+
+def started_by(rec: RunRecord | None, dag_id: str, run_id: str, task_id: str) -> bool:
+    """Is ``rec`` a live run that this DAG run's task started (an earlier try of it)?"""
+    return bool(rec and rec.live and rec.info.get("dag_id") == dag_id and rec.info.get("dag_run_id") == run_id
+                and rec.info.get("task_id") == task_id)
 
 
 @dataclass
@@ -157,7 +207,7 @@ class TopologyHook(BaseHook):
         args = driver_args(name, topology, None, workers, conf, self.redis_url, progress_interval)
         master = SparkSubmitHook(conn_id=self.conn_id)._connection["master"]
         parts = self._parts(master, topology, workers, spark_conf, shipping)
-        self._spark = SparkSubmitHook(
+        self._spark = _DriverSubmit(
             conf=parts.conf,
             conn_id=self.conn_id,
             name=f"topology-{name}",
@@ -166,7 +216,15 @@ class TopologyHook(BaseHook):
             archives=",".join(parts.archives) or None,
             env_vars=_client_env(master, parts),
         )
-        self._spark.submit(application=str(DRIVER_SCRIPT))
+        try:
+            # Its own session: Airflow's SIGTERM to the task's process group (mark-failed, clear)
+            # must not kill the driver before on_kill has stopped the topology and recorded it.
+            self._spark.submit(application=str(DRIVER_SCRIPT), start_new_session=True)
+        except AirflowException as e:
+            m = _EXIT_CODE.search(str(e))
+            code = int(m.group(1)) if m else None
+            raise AirflowException(f"{submit_failure(name, self._spark.reason(), code)} (spark-submit exit code "
+                                   f"{code if code is not None else '?'}; the driver's lines are above)") from e
 
     def start_detached(self, topology: str, name: str, workers: int = 2, conf: dict[str, Any] | None = None,
                        spark_conf: dict[str, str] | None = None, progress_interval: float = 5.0,
@@ -238,9 +296,39 @@ class TopologyHook(BaseHook):
         """Ask the live run to stop (through Redis); the driver then exits on its own."""
         return self.control.request_kill(name, drain=drain)
 
-    def kill_driver(self) -> None:
-        if self._spark is not None:
+    def kill_driver(self, grace: float = 20.0) -> None:
+        """Stop the spark-submit this hook started: SIGTERM to its session (the driver then kills
+        the topology and records it), and only after ``grace`` seconds the provider's kill."""
+        proc = getattr(self._spark, "_submit_sp", None)
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(grace)
+        except (OSError, subprocess.TimeoutExpired):
             self._spark.on_kill()
+
+    def follow(self, name: str, poll_interval: float = 2.0, progress_interval: float = 5.0,
+               log: Any = None) -> RunRecord | None:
+        """Poll a live run until it ends (a re-attached retry): progress lines to ``log`` every
+        ``progress_interval`` seconds; the final record, or one marked ``lost`` if the driver
+        vanished without a final word."""
+        prev: dict[str, int] = {}
+        last = time.monotonic()
+        gone = 0
+        while True:
+            rec = self.get_run(name)
+            if rec is None or rec.state in FINAL_STATES:
+                return rec
+            gone = gone + 1 if not rec.live else 0
+            if gone >= _GONE_POLLS:
+                return rec  # get() reports a record without a lease and a final state as lost
+            now = time.monotonic()
+            if log is not None and rec.status and now - last >= progress_interval:
+                for line in progress_line(status_from_dict(rec.status), prev, now - last).splitlines():
+                    log.info("%s", line)
+                last = now
+            time.sleep(poll_interval)
 
     def get_run(self, name: str) -> RunRecord | None:
         return self.control.get(name)

@@ -37,9 +37,13 @@ class SubmitTopologyOperator(BaseOperator):
     (default ``<base_log_folder>/topology/NAME/``) that the run registry points at; the task then
     defers to :class:`TopologyTrigger` and frees its worker slot. When the run ends the task
     resumes, logs the driver's end summary and the final state, and fails unless it completed.
-    Airflow does not call ``on_kill`` for a deferred task: marking it failed or clearing it stops
-    the trigger, not the topology, which keeps running until ``topology kill NAME`` (see
-    docs/operations.md).
+    Marking the task failed or clearing it kills the topology (``on_kill`` here, the trigger's
+    ``on_kill`` when deferred), or drains it when its conf sets ``topology.sigterm.action`` to
+    ``drain``; the run ends ``killed`` with its final state recorded, never ``lost``.
+
+    A retry of the same DAG run's task whose earlier try left the run live (the task's process
+    died: a scheduler or worker SIGKILLed) re-attaches to it and follows it to the end instead of
+    submitting again; another DAG run still gets "already live" (docs/operations.md).
     """
 
     template_fields: Sequence[str] = ("topology", "name", "conf", "workers", "redis_url", "spark_conf")
@@ -76,6 +80,9 @@ class SubmitTopologyOperator(BaseOperator):
 
     def execute(self, context: Any) -> dict:
         self._hook = TopologyHook(self.conn_id, self.redis_url)
+        ours = self._live_run_of_this_task(context)
+        if ours is not None:
+            return self._reattach(ours)
         if self.deferrable:
             run = self._hook.start_detached(self.topology, self.name, int(self.workers), self.conf, self.spark_conf,
                                             self.progress_interval, self.driver_log_dir, self.shipping)
@@ -83,7 +90,7 @@ class SubmitTopologyOperator(BaseOperator):
                 trigger=TopologyTrigger(name=self.name, redis_url=self._hook.redis_url, log_file=run.log_file,
                                         pid=run.pid, host=run.host, deploy_mode=run.deploy_mode,
                                         poll_interval=self.poll_interval, start_timeout=self.start_timeout,
-                                        submitted=run.submitted),
+                                        submitted=run.submitted, on_kill_action=self._kill_action()),
                 method_name="execute_complete",
             )
         error: Exception | None = None
@@ -97,6 +104,38 @@ class SubmitTopologyOperator(BaseOperator):
             raise AirflowException(f"topology {self.name!r} was stopped because the task was killed "
                                    f"(state {rec.state if rec else 'unknown'})")
         return self._outcome(str(error) if error else None)
+
+    def _live_run_of_this_task(self, context: Any) -> Any:
+        """The live run an earlier try of this very task (same DAG, DAG run and task id) started,
+        or None."""
+        from .hooks import started_by
+
+        ti = context.get("ti") if hasattr(context, "get") else None
+        if ti is None:
+            return None
+        rec = self._hook.get_run(self.name)
+        return rec if started_by(rec, ti.dag_id, ti.run_id, ti.task_id) else None
+
+    def _reattach(self, rec: Any) -> dict:
+        info = rec.info
+        self.log.info("topology %r is live, started by an earlier try of this task (driver pid %s on %s, "
+                      "started %s): following it to the end instead of submitting again",
+                      self.name, info.get("pid"), info.get("host"), info.get("started"))
+        if self.deferrable and info.get("log"):
+            self.defer(trigger=TopologyTrigger(name=self.name, redis_url=self._hook.redis_url, log_file=info["log"],
+                                               pid=int(info["pid"]) if info.get("pid") else None,
+                                               host=info.get("host"), poll_interval=self.poll_interval,
+                                               start_timeout=self.start_timeout,
+                                               on_kill_action=self._kill_action()),
+                       method_name="execute_complete")
+        final = self._hook.follow(self.name, self.poll_interval, self.progress_interval, self.log)
+        if self._killed:
+            raise AirflowException(f"topology {self.name!r} was stopped because the task was killed "
+                                   f"(state {final.state if final else 'unknown'})")
+        return self._outcome(None, final)
+
+    def _kill_action(self) -> str:
+        return "drain" if (self.conf or {}).get("topology.sigterm.action") == "drain" else "kill"
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict:
         """Resumed from the trigger: the driver's summary and the final state into the task log."""
@@ -134,21 +173,23 @@ class SubmitTopologyOperator(BaseOperator):
             why = status.get("error")
             for line in failure_lines(status):
                 self.log.error("%s", line)
-            raise AirflowException(f"topology {self.name!r} ended {state}" + (f": {why}" if why else "")
-                                   + (f" ({error})" if error and not why else ""))
+            if error is not None:  # the hook's message starts with the driver's own reason
+                raise AirflowException(error)
+            raise AirflowException(f"topology {self.name!r} ended {state}" + (f": {why}" if why else ""))
         return status
 
     def on_kill(self) -> None:
-        # Called from a SIGTERM handler; execute may still return normally, hence the flag.
-        # Never called while the task is deferred (no process runs it then).
+        # Called from the task's SIGTERM handler (mark-failed, clear); execute may still return
+        # normally, hence the flag. A deferred task has no process: the trigger's on_kill acts.
         self._killed = True
         hook = self._hook or TopologyHook(self.conn_id, self.redis_url)
-        if hook.kill(self.name):
-            self.log.info("kill requested for topology %r", self.name)
-            deadline = time.monotonic() + 15
+        drain = self._kill_action() == "drain"
+        if hook.kill(self.name, drain=drain):
+            self.log.info("%s requested for topology %r", "drain" if drain else "kill", self.name)
+            deadline = time.monotonic() + (60 if drain else 20)
             while time.monotonic() < deadline and hook.control.is_live(self.name):
                 time.sleep(0.2)
-        hook.kill_driver()
+        hook.kill_driver()  # SIGTERM to spark-submit's own session: the driver records the end
 
 
 class TopologyRecoveryOperator(BaseOperator):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -28,6 +29,9 @@ from topology_runtime.api.status import FINAL_STATES
 # Consecutive polls that find the local driver process gone while the run record is not final
 # before the run is declared lost (the final status may still be landing).
 _GONE_POLLS = 3
+# on_kill: how long the run may take to record its end before its local driver gets SIGTERM
+# (Airflow bounds on_kill by [triggerer] on_kill_timeout, 30 s by default).
+_KILL_WAIT_SECS = 20.0
 
 
 def _pid_alive(pid: int) -> bool:
@@ -54,7 +58,7 @@ class TopologyTrigger(BaseTrigger):
 
     def __init__(self, name: str, redis_url: str, log_file: str, pid: int | None = None, host: str | None = None,
                  deploy_mode: str = "client", poll_interval: float = 2.0, start_timeout: float = 600.0,
-                 submitted: float | None = None) -> None:
+                 submitted: float | None = None, on_kill_action: str = "kill") -> None:
         super().__init__()
         self.name = name
         self.redis_url = redis_url
@@ -65,12 +69,13 @@ class TopologyTrigger(BaseTrigger):
         self.poll_interval = poll_interval
         self.start_timeout = start_timeout
         self.submitted = submitted if submitted is not None else time.time()
+        self.on_kill_action = on_kill_action
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return ("topology_airflow.triggers.TopologyTrigger", {
             "name": self.name, "redis_url": self.redis_url, "log_file": self.log_file, "pid": self.pid,
             "host": self.host, "deploy_mode": self.deploy_mode, "poll_interval": self.poll_interval,
-            "start_timeout": self.start_timeout, "submitted": self.submitted,
+            "start_timeout": self.start_timeout, "submitted": self.submitted, "on_kill_action": self.on_kill_action,
         })
 
     def _local_driver(self) -> bool:
@@ -126,6 +131,30 @@ class TopologyTrigger(BaseTrigger):
                 await asyncio.sleep(self.poll_interval)
         finally:
             await client.aclose()
+
+    async def on_kill(self) -> None:
+        """The deferred task was marked failed or cleared: stop this submission's run (kill, or
+        drain when ``on_kill_action`` says so) through Redis and wait for its final state; a local
+        driver that has not ended by then gets SIGTERM (it kills the topology and records it)."""
+        client = connect_async(self.redis_url, decode_responses=True, socket_timeout=10)
+        try:
+            info = await client.hgetall(ctl_key(self.name, "run"))
+            if info.get("log") != self.log_file:
+                return  # not this submission's run (it never registered, or a later one did)
+            if await client.exists(ctl_key(self.name, "lease")):
+                await client.set(ctl_key(self.name, "kill"), "drain" if self.on_kill_action == "drain" else "kill",
+                                 ex=3600)
+                self.log.info("topology %r: %s requested (the task was killed)", self.name, self.on_kill_action)
+            deadline = time.monotonic() + _KILL_WAIT_SECS
+            while time.monotonic() < deadline and await client.exists(ctl_key(self.name, "lease")):
+                await asyncio.sleep(0.5)
+        finally:
+            await client.aclose()
+        if self._local_driver() and _pid_alive(int(self.pid or 0)):
+            try:
+                os.killpg(int(self.pid), signal.SIGTERM)  # its own session (start_detached)
+            except OSError:
+                pass
 
     def _forward_progress(self, offset: int) -> int:
         """Log the driver's new progress lines (the log file is only readable on its machine)."""

@@ -39,6 +39,9 @@ DEFAULTS: dict[str, Any] = {
     "topology.max.error.report.per.interval": 5,
     # This project's own keys.
     "topology.max.restarts": 10,
+    # What a Spark driver does on SIGTERM (Airflow's mark-failed/clear): "kill" the topology, or
+    # "drain" it (spouts stop, pending trees finish); either way the final state is recorded.
+    "topology.sigterm.action": "kill",
     # Spark: the delay before a failed barrier stage is launched again grows from initial to max
     # (times multiplier per consecutive failure); a stage that ran healthy for reset.secs starts
     # the count (topology.max.restarts consecutive failures) and the delay over.
@@ -222,6 +225,9 @@ def resolve_config(conf: Mapping[str, Any] | None, workers: int | None = None) -
                           "(committed checkpoints must outlive the workers)")
     k = "topology.state.checkpoint.interval.ms"
     out[k] = _positive_number(k, out[k])
+    k = "topology.sigterm.action"
+    if out[k] not in ("kill", "drain"):
+        raise ConfigError(f"config key {k!r}: expected 'kill' or 'drain', got {out[k]!r}")
     k = "topology.state.provider"
     if out[k] not in ("memory", "redis"):
         raise ConfigError(f"config key {k!r}: expected 'memory' or 'redis', got {out[k]!r}")

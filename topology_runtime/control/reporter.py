@@ -23,17 +23,38 @@ KILL_POLL_SECS = 0.5
 PUBLISH_SECS = 2.0
 
 
+PROGRESS_WIDTH = 100  # longer: one line per component (log views should not need sideways scrolling)
+
+
+def compact(x: float) -> str:
+    """A count or rate short enough for a log line: 9,876 / 12.3k / 4.57M / 1.2G."""
+    if abs(x) < 1e4:
+        return f"{x:,.0f}"
+    for div, unit in ((1e3, "k"), (1e6, "M"), (1e9, "G")):
+        v = x / div
+        if abs(v) < 999.5:
+            return f"{v:.3g}{unit}"
+    return f"{x / 1e9:,.0f}G"
+
+
 def progress_line(status: RunStatus, prev: dict[str, int], dt: float) -> str:
+    """``progress [running 12s] sentences 12.3k emitted 12.3k acked 1.2k/s | split 123k executed
+    12.3k/s``; over PROGRESS_WIDTH characters, one such line per component (joined by newlines)."""
     parts = []
     for name, c in status.components.items():
         done = c.emitted if c.executed == 0 else c.executed
         rate = (done - prev.get(name, 0)) / dt if dt > 0 else 0.0
         prev[name] = done
-        label = f"emitted={c.emitted} acked={c.acked}" if c.executed == 0 else f"executed={c.executed}"
-        fail = f" failed={c.failed}" if c.failed else ""
-        parts.append(f"{name}: {label}{fail} ({rate:,.0f}/s)")
+        label = (f"{compact(c.emitted)} emitted {compact(c.acked)} acked" if c.executed == 0
+                 else f"{compact(c.executed)} executed")
+        fail = f" {compact(c.failed)} failed" if c.failed else ""
+        parts.append(f"{name} {label}{fail} {compact(rate)}/s")
     restarts = f" restarts={status.restarts}" if status.restarts else ""
-    return f"progress [{status.state} {status.uptime_secs:.0f}s{restarts}] " + " | ".join(parts)
+    head = f"progress [{status.state} {status.uptime_secs:.0f}s{restarts}]"
+    line = f"{head} " + " | ".join(parts)
+    if len(line) <= PROGRESS_WIDTH or len(parts) < 2:
+        return line
+    return "\n".join(f"{head} {p}" for p in parts)
 
 
 def summary(status: RunStatus) -> str:

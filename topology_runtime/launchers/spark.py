@@ -40,6 +40,7 @@ DEFAULT_SPARK_CONF = {
 
 
 EXECUTOR_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+DRIVER_LOG4J2 = Path(__file__).resolve().parent / "log4j2-driver.properties"  # WARN and up
 
 
 def master_host(master: str) -> str | None:
@@ -140,6 +141,10 @@ def submit_parts(master: str, topology: Any, workers: int, spark_conf: Mapping[s
     host = driver_host(master, env, user)
     if host:
         conf["spark.driver.host"] = host
+    if deploy_mode != "cluster" and "log4j2.configurationFile" not in conf.get("spark.driver.extraJavaOptions", ""):
+        # Spark's INFO start-up lines (40-odd) stay out of the driver's log; the user's file wins.
+        opts = conf.get("spark.driver.extraJavaOptions", "")
+        conf["spark.driver.extraJavaOptions"] = f"{opts} -Dlog4j2.configurationFile=file:{DRIVER_LOG4J2}".strip()
     return SubmitParts(conf, [*shipment.py_files, *_csv(py_files)], [*shipment.archives, *_csv(archives)], env,
                        shipment.notes)
 

@@ -25,6 +25,7 @@ import argparse
 import logging
 import os
 import pickle
+import signal
 import sys
 import threading
 
@@ -201,6 +202,18 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ALREADY_LIVE
     lost = threading.Event()
     keeper = LeaseKeeper(control, args.name, token, lost.set)
+    # SIGTERM (Airflow's mark-failed/clear, a scheduler stopping the task, `kill`): stop the
+    # topology and record its final state instead of dying with it `lost`. The handler only
+    # sets an event: the supervisor thread acts on it (a handler must not take the lock).
+    terminated = threading.Event()
+    drain_on_term = plan.conf.get("topology.sigterm.action") == "drain"
+
+    def on_sigterm(signum, frame) -> None:
+        if not terminated.is_set():
+            log.warning("run %s: SIGTERM: %s the topology and recording its final state", args.name,
+                        "draining" if drain_on_term else "killing")
+        terminated.set()
+    signal.signal(signal.SIGTERM, on_sigterm)
     log.info("run %s: plan %s", args.name, plan.describe())
     log.info("Redis control plane: %s", redacted(args.redis))
 
@@ -221,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
             sup.step(50)
             if lost.is_set():
                 sup.request_kill()
+            if terminated.is_set() and not sup.done.is_set():
+                sup.request_kill(drain=drain_on_term)
             reporter.tick()
             placement.watch()  # fewer workers than asked for: grow back when the slots return
             _startup_failed(sup)  # open()/prepare() raised on a worker: no relaunch can fix it
@@ -250,6 +265,10 @@ def main(argv: list[str] | None = None) -> int:
                 reason = _first_line(e)
                 if sup.done.is_set():
                     break
+                if terminated.is_set():  # the JVM got the signal too: the workers are gone
+                    sup.request_kill()
+                    sup.all_stopped()
+                    break
             exit_code = _unrecoverable(sc, sup, group)  # errors a relaunch cannot fix end the run now
             if exit_code is not None or not placement.relaunch(reason):
                 break
@@ -263,7 +282,10 @@ def main(argv: list[str] | None = None) -> int:
     monitor_thread.join(5)  # it must not poll the supervisor's socket while it closes
     status = reporter.final()
     sup.close()
-    spark.stop()
+    try:
+        spark.stop()
+    except Exception as e:  # noqa: BLE001 - the JVM is gone already (it got the SIGTERM too)
+        log.debug("spark.stop(): %s", e)
     if status.state == FAILED:
         log.error("run %s failed: %s", args.name, status.error)
         if exit_code is not None:
