@@ -14,7 +14,7 @@ export PYTHONPATH := $(CURDIR):$(CURDIR)/plugins
 # No SPARK_LOCAL_IP here: spark-submits to local[...] bind 127.0.0.1 by themselves (launchers/spark.py
 # spark_env) and a cluster submit must bind an address the cluster can reach (docs/cluster.md).
 
-.PHONY: venv run run-local test lint lock clean
+.PHONY: venv run run-local airflow airflow-stop test chromium lint lock clean
 
 venv: $(STAMP)
 
@@ -31,13 +31,35 @@ run: venv
 	@$(VENV)/bin/airflow db migrate >/dev/null
 	$(VENV)/bin/airflow dags test wordcount_topology
 
+# A real Airflow in the background (api-server, scheduler, dag-processor, triggerer; repo airflow.cfg):
+# db migrate, start, wait for the API, print URL and login. Logs and pid files under .airflow/run/.
+# Ports from airflow.cfg or the environment (AIRFLOW__API__PORT=...). docs/operations.md.
+airflow: venv
+	@$(VENV)/bin/python scripts/airflow_dev.py start
+
+# Stops every process `make airflow` started, their children too; fine when nothing runs.
+airflow-stop:
+	@python3 scripts/airflow_dev.py stop
+
 # The same word count on local worker processes, without Spark or Airflow.
 run-local: venv
 	$(VENV)/bin/python examples/wordcount.py
 
 # ARGS narrows a run while developing: make test ARGS='tests/test_x.py -k name'
-test: venv
+test: chromium venv
 	$(VENV)/bin/python -m pytest $(ARGS)
+
+# tests/test_airflow_browser.py drives Debian's Chromium by path (CHROMIUM=/path overrides): installed
+# here when root with apt-get, else make test stops before any test with the command to run.
+chromium:
+	@command -v "$${CHROMIUM:-chromium}" >/dev/null && exit 0; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "make test: installing Chromium for the browser tests: apt-get install -y chromium"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null \
+	    && command -v "$${CHROMIUM:-chromium}" >/dev/null && exit 0; \
+	  echo "make test: installing Chromium failed; run: apt-get install -y chromium"; exit 1; \
+	fi; \
+	echo "make test needs Chromium (tests/test_airflow_browser.py); run: sudo apt-get install -y chromium"; exit 1
 
 lint: venv
 	$(VENV)/bin/ruff check .
