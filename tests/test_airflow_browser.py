@@ -119,7 +119,9 @@ def test_browser_login_topology_pages_and_trigger_form(airflow_live, run, page, 
     frame = page.frame_locator("iframe").first
     row = frame.locator(f'tr[data-topology="{NAME}"]')
     row.wait_for()
-    total = {k: sum(c[k] for c in status["components"].values()) for k in ("emitted", "acked", "failed")}
+    # the spouts' tuples (tuple trees), not every component's sum: here the "numbers" spout's
+    total = {k: status["components"]["numbers"][k] for k in ("emitted", "acked", "failed")}
+    assert total["acked"] == 400
     for field, value in total.items():
         assert int(row.locator(f'td[data-testid="{field}"]').inner_text().replace(",", "")) == value, field
     _shot(page, tmp_path, "topology-list.png")
@@ -171,3 +173,55 @@ def test_browser_dag_run_tab_lists_that_runs_topologies(airflow_live, run, page,
     assert frame.locator('[data-testid="empty"]').count() == 1
     assert frame.locator(f'tr[data-topology="{NAME}"]').count() == 0
     _shot(page, tmp_path, "dag-run-tab.png")
+
+
+def test_pages_fit_1280_px_and_chart_labels_lie_inside_the_chart(redis_url, page, monkeypatch, tmp_path):
+    """Laid out by Chromium at 1280 px wide (no live Airflow needed: the pages as the app renders
+    them from Redis): a run with long ids, component and host names, a long DAG run id and a
+    112,066 tuples/s chart peak. Nothing overflows the page horizontally, every table fits its
+    width, the long cells are cut with their text in a tooltip, and every label of both charts
+    (the y labels above all) lies inside its SVG."""
+    from test_airflow_ui import WIDE, plant_wide_run
+    from topology_airflow.app import list_topologies, render_list, render_topology, topology_detail
+
+    from topology_runtime.control.control_plane import ControlPlane
+
+    monkeypatch.setenv("TOPOLOGY_REDIS_URL", redis_url)
+    plant_wide_run(redis_url)
+    plant_wide_run(redis_url, "short")
+    control = ControlPlane(redis_url)
+    pages = {"list": render_list("/topologies", list_topologies(control), None, None, False),
+             "topology": render_topology("/topologies", topology_detail(control, WIDE), False)}
+    page.set_viewport_size({"width": 1280, "height": 900})
+    for which, html in pages.items():
+        page.set_content(html)
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 1280, (which, width)
+        tables = page.evaluate("""[...document.querySelectorAll('table')].map(t => {
+            const r = t.getBoundingClientRect(), box = t.parentElement.getBoundingClientRect();
+            return [t.dataset.testid, r.right, box.right, t.parentElement.scrollWidth, t.parentElement.clientWidth];
+        })""")
+        assert tables
+        for testid, right, box_right, scroll_w, client_w in tables:
+            assert right <= box_right + 0.5 and scroll_w <= client_w and right <= 1280 - 8, (which, testid, right)
+        long_cell = f'span.t[title="{WIDE}"]' if which == "list" else 'span.t[title^="split-sentences-into-words-"]'
+        cut = page.locator(long_cell).first
+        assert cut.evaluate("e => e.scrollWidth > e.clientWidth"), "a long cell is cut, its text in the tooltip"
+        page.screenshot(path=str(tmp_path / f"fit-{which}.png"), full_page=True)  # to look at when it fails
+    # the topology page's charts: every text's box inside its SVG's box
+    page.set_content(pages["topology"])
+    boxes = page.evaluate("""[...document.querySelectorAll('svg')].map(svg => {
+        const s = svg.getBoundingClientRect();
+        return [svg.getAttribute('aria-label'), [s.left, s.top, s.right, s.bottom],
+                [...svg.querySelectorAll('text')].map(t => {
+                    const r = t.getBoundingClientRect();
+                    return [t.textContent, r.left, r.top, r.right, r.bottom];
+                })];
+    })""")
+    assert len(boxes) == 2
+    for label, (left, top, right, bottom), texts in boxes:
+        for text, tl, tt, tr, tb in texts:
+            assert left <= tl and tr <= right and top <= tt and tb <= bottom, (label, text, (tl, tr), (left, right))
+    throughput = next(texts for label, _, texts in boxes if label.startswith("Throughput"))
+    y_labels = [t[0] for t in throughput][:3]
+    assert y_labels == ["0", "60k", "120k"]

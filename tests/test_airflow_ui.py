@@ -62,6 +62,47 @@ def topology(n: int = 400):
     return b.create_topology()
 
 
+WIDE = "wide-" + "w" * 60  # a long (valid) id, as some deployments name their runs
+PEAK = 112_066.21  # tuples/s: the chart's top label must not be cut (issue 20 item 7)
+SPOUT = {"emitted": 1_000_000, "acked": 990_000, "failed": 10_000}
+
+
+def plant_wide_run(url: str, name: str = WIDE) -> None:
+    """A finished run whose bolts ack far more than its spout emitted, with long cell values
+    (id, component and host names, DAG run id, an error without spaces) and a chart history
+    whose fastest interval is PEAK tuples/s: the samples the supervisor pushes, planted with
+    their own times (100 s apart: integer counters give an exact rate)."""
+    control = ControlPlane(url)
+    token = control.register(name, "spark", 2, dag_id="nightly_wordcount_" + "x" * 40,
+                             dag_run_id="manual__2026-11-25T04:48:10.327669+00:00", task_id="submit",
+                             master="spark://spark-master-with-a-long-name.cluster.example.internal:7077")
+    status = RunStatus(name, "completed", components={
+        "sentences": ComponentStats(**SPOUT, replayed=10_000, tasks=4, complete_latency_p50_ms=12.5,
+                                    complete_latency_p99_ms=880.0),
+        "split-sentences-into-words-" + "s" * 40: ComponentStats(executed=1_010_000, emitted=5_000_000,
+                                                                acked=1_000_000, failed=10_000, tasks=8,
+                                                                execute_latency_ms=0.04),
+        "count": ComponentStats(executed=5_000_000, acked=5_000_000, tasks=8, execute_latency_ms=0.02),
+    }, errors=[{"component": "count", "task": 3, "error": "ValueError: " + "x" * 300, "traceback": "Traceback"}])
+    workers = {str(i): {"host": f"worker-host-with-a-long-name-{i}.cluster.example.internal", "pid": 4000 + i,
+                        "incarnation": 1, "heartbeat_age_secs": 0.5, "ready": True, "pending": 10}
+               for i in range(2)}
+    control.finish(name, token, status, workers)
+    client = redis.Redis.from_url(url)
+    now = time.time()
+    emitted = [0, 7_500_000, 7_500_000 + int(PEAK * 100), 20_000_000]
+    client.delete(ctl_key(name, "history"))
+    client.rpush(ctl_key(name, "history"), *(
+        json.dumps({"t": now - 300 + 100 * i, "emitted": e, "acked": e // 2, "failed": i, "p50": 12.5, "p99": 880.0})
+        for i, e in enumerate(emitted)))
+
+
+def drop_run(client: redis.Redis, name: str) -> None:
+    for k in client.keys(f"topology:{{{name}:*"):
+        client.delete(k)
+    client.zrem(REGISTRY, name)
+
+
 @pytest.fixture(scope="module")
 def data(redis_server):
     """A finished real run of NAME, a planted checkpoint and txid, and a record whose name and
@@ -221,6 +262,66 @@ def test_pages_show_redis_counts_and_escape_everything(airflow, data):
         assert "<script>" not in text and "<img" not in text and "<b>boom" not in text and "<h>" not in text
     assert "evil&lt;script&gt;alert(1)&lt;/script&gt;" in evil.text  # a component name with markup, escaped
     assert "Traceback &lt;script&gt;alert(2)&lt;/script&gt;" in evil.text
+
+
+def test_list_shows_spout_tuple_trees_not_every_components_sum(airflow, data):
+    """Bolts ack (and emit) far more than the spout emitted: the list shows the spouts' tuples,
+    i.e. tuple trees, under headers that say so; the JSON keeps the all-component totals too."""
+    tc, _, token = airflow
+    url = data.connection_pool.connection_kwargs
+    plant_wide_run(f"redis://{url['host']}:{url['port']}/{url.get('db', 0)}")
+    try:
+        t = next(t for t in tc.get(API, headers=_auth(token)).json()["topologies"] if t["name"] == WIDE)
+        assert t["spouts"] == {"spouts": 1, **SPOUT, "replayed": 10_000}
+        assert t["totals"]["acked"] == 6_990_000 > t["totals"]["emitted"] == 6_000_000  # every component
+        page = tc.get("/topologies/", headers=_auth(token)).text
+        wide = re.search(rf'<tr data-topology="{WIDE}">(.*?)</tr>', page).group(1)
+        cells = dict(re.findall(r'data-testid="(emitted|acked|failed)">([^<]*)<', wide))
+        assert cells == {"emitted": "1,000,000", "acked": "990,000", "failed": "10,000"}
+        assert "spout tuples (tuple trees)" in page
+        assert [h for h in re.findall(r'data-testid="head-(\w+)">([^<]*)<', page)] == [
+            ("emitted", "emitted"), ("acked", "acked"), ("failed", "failed")]
+        # the real run: its spout's own figures (400 numbers, each tree acked once)
+        raw = _raw_status(data, NAME)["components"]["numbers"]
+        row = re.search(rf'<tr data-topology="{NAME}">(.*?)</tr>', page).group(1)
+        cells = dict(re.findall(r'data-testid="(emitted|acked|failed)">([^<]*)<', row))
+        assert {k: int(v.replace(",", "")) for k, v in cells.items()} == {k: raw[k] for k in cells}
+        assert raw["acked"] == 400
+        # long cells are cut to their column (CSS) with the whole text in a tooltip
+        assert f'<span class="t" title="{WIDE}">{WIDE}</span>' in wide
+        for text in (f"nightly_wordcount_{'x' * 40}", "manual__2026-11-25T04:48:10.327669+00:00"):
+            assert f'<span class="t" title="{text}">{text}</span>' in wide
+    finally:
+        drop_run(data, WIDE)
+
+
+def test_chart_top_label_fits_a_112k_per_second_sample(airflow, data):
+    """A 112,066.21 tuples/s interval: the y labels are compact round numbers and the chart's left
+    margin is computed to fit the widest one (it was a fixed 56 px that cut "112,066.21")."""
+    from topology_airflow.app import axis_label, label_width, nice_max
+
+    tc, _, token = airflow
+    url = data.connection_pool.connection_kwargs
+    plant_wide_run(f"redis://{url['host']}:{url['port']}/{url.get('db', 0)}")
+    try:
+        d = tc.get(f"{API}/{WIDE}", headers=_auth(token)).json()
+        assert max(p["emitted_per_sec"] for p in d["series"]) == PEAK
+        page = tc.get(f"/topologies/topology/{WIDE}", headers=_auth(token)).text
+        svg = re.search(r'<svg[^>]*aria-label="Throughput[^"]*"[^>]*>.*?</svg>', page, re.S).group(0)
+        left = int(re.search(r'data-left="(\d+)"', svg).group(1))
+        labels = re.findall(r'<text class="y-label" x="([\d.]+)"[^>]*>([^<]*)</text>', svg)
+        assert [t for _, t in labels] == ["0", "60k", "120k"]
+        for x, text in labels:  # right-aligned at x: the text spans x - width .. x, inside the SVG
+            assert float(x) == left - 4 and float(x) - label_width(text) >= 2, (x, text, left)
+        assert "emitted/s 112,066.21</title>" in svg  # the exact value on hover
+    finally:
+        drop_run(data, WIDE)
+    # the pure parts: compact labels, round axis tops, a width bound that covers real glyphs
+    assert [axis_label(v) for v in (0, 0.25, 12.5, 950, 1200, 60_000, PEAK, 1.5e6, 999_500, 2e9)] == [
+        "0", "0.25", "12.5", "950", "1.2k", "60k", "112k", "1.5M", "1M", "2G"]
+    assert [nice_max(v) for v in (PEAK * 1.05, 0.9, 7, 0)] == [120_000, 1, 8, 1]
+    # a digit is 5.5-5.6 px at 10 px in the usual UI fonts, 6.36 px in DejaVu Sans (the widest)
+    assert label_width("120k") >= 3 * 6.36 + 5.8 and label_width("112,066.21") > 56  # the old margin cut it
 
 
 def test_unknown_topology_is_a_clear_404(airflow, data):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import os
 import time
 from typing import Any
@@ -68,8 +69,24 @@ def _where(url: str) -> str:
 
 
 def _totals(components: dict[str, dict]) -> dict[str, int]:
+    """Every user component's counters summed (bolts' acks included: not a count of trees)."""
     return {k: sum(int(c.get(k) or 0) for c in components.values())
             for k in ("emitted", "acked", "failed", "replayed", "executed")}
+
+
+def is_spout(name: str, c: dict[str, Any]) -> bool:
+    """A user spout's figures: spouts never execute a tuple (``executed`` counts a bolt's input
+    tuples; a bolt that executed nothing has emitted, acked and failed nothing either). The
+    runtime's own components (``$checkpointspout``, ``__acker``) are not the user's trees."""
+    return not name.startswith(("$", "__")) and not int(c.get("executed") or 0)
+
+
+def spout_totals(components: dict[str, dict]) -> dict[str, int]:
+    """The tuple trees: what the spouts emitted, and how many of those trees were acked (fully
+    processed) or failed (replayed counts the re-emits of failed ones)."""
+    spouts = [c for name, c in components.items() if is_spout(name, c)]
+    return {"spouts": len(spouts),
+            **{k: sum(int(c.get(k) or 0) for c in spouts) for k in ("emitted", "acked", "failed", "replayed")}}
 
 
 def _workers(status: dict[str, Any], now: float) -> list[dict[str, Any]]:
@@ -117,7 +134,7 @@ def _summary(rec: RunRecord, now: float) -> dict[str, Any]:
         "dag_id": rec.info.get("dag_id"), "dag_run_id": rec.info.get("dag_run_id"),
         "uptime_secs": status.get("uptime_secs"), "restarts": status.get("restarts"),
         "error": status.get("error"), "updated": status.get("updated"),
-        "components": len(comps), "totals": _totals(comps),
+        "components": len(comps), "totals": _totals(comps), "spouts": spout_totals(comps),
     }
 
 
@@ -190,6 +207,50 @@ def _num(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else esc(value)
 
 
+def _cut(value: Any, cls: str = "t") -> str:
+    """A text cell's content that may be long (ids, hosts, DAG run ids): shown cut to the
+    column's width with an ellipsis (CSS), the whole text in the tooltip."""
+    text = "" if value is None else str(value)
+    return f'<span class="{cls}" title="{esc(text)}">{esc(text)}</span>'
+
+
+def axis_label(value: float) -> str:
+    """A chart's axis value, compact, three significant digits at most: 0, 0.25, 12.5, 950,
+    1.2k, 60k, 112k, 1.5M, 2G."""
+    a = abs(value)
+    if a == 0 or not math.isfinite(value):
+        return "0" if a == 0 else str(value)
+    unit = min(max(math.floor(math.log10(a) / 3), 0), 4)  # 0: below 1000, 1: k, 2: M, 3: G, 4: T
+    text = f"{value / 1000 ** unit:.3g}"
+    if abs(float(text)) >= 1000 and unit < 4:  # 999,500 rounds to 1000k: say 1M
+        unit += 1
+        text = f"{value / 1000 ** unit:.3g}"
+    return text + ("", "k", "M", "G", "T")[unit]
+
+
+def nice_max(value: float) -> float:
+    """The axis top for data up to ``value``: the next of 1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8
+    times a power of ten, so the labels (top, half, 0) are round numbers."""
+    if not value > 0 or not math.isfinite(value):
+        return 1.0
+    base = 10.0 ** math.floor(math.log10(value))
+    for m in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10):
+        if m * base >= value * (1 - 1e-9):
+            return m * base
+    return 10 * base  # not reached
+
+
+# Glyph advance at the charts' 10 px sans-serif, rounded up: digits are 5.5-5.6 px in the usual
+# UI fonts (Segoe UI, Roboto, Helvetica, Arial) and 6.4 px in DejaVu Sans, the widest common one.
+# An upper bound, so a margin computed from it is enough.
+_GLYPH_PX = {".": 3.3, ",": 3.3, "-": 4.0, "k": 6.0, "M": 9.0, "G": 8.0}
+
+
+def label_width(text: str) -> float:
+    """Upper bound of ``text``'s width in px at font-size 10 (digits 6.5 px)."""
+    return sum(_GLYPH_PX.get(ch, 6.5) for ch in text)
+
+
 def _ago(ts: Any, now: float, short: bool = False) -> str:
     if ts is None:
         return "–"
@@ -207,9 +268,17 @@ def _when(stamp: str | None) -> str:
 
 _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:16px;color:#1a202c;font-size:14px}
-h1{font-size:20px;margin:0 0 8px} h2{font-size:16px;margin:20px 0 6px}
-table{border-collapse:collapse;margin:4px 0 8px} th,td{border-bottom:1px solid #e2e8f0;padding:4px 8px;text-align:left;white-space:nowrap}
-th{background:#f7fafc;font-weight:600} td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
+h1{font-size:20px;margin:0 0 8px;overflow-wrap:anywhere} h2{font-size:16px;margin:20px 0 6px}
+.wide{max-width:100%;overflow-x:auto}
+table{border-collapse:collapse;margin:4px 0 8px;max-width:100%}
+th,td{border-bottom:1px solid #e2e8f0;padding:4px 6px;text-align:left;white-space:nowrap;vertical-align:top}
+th{background:#f7fafc;font-weight:600;white-space:normal;vertical-align:bottom}
+th.group{text-align:center;border-bottom:1px solid #cbd5e0} td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
+td.w{white-space:normal}
+.t{display:inline-block;max-width:12em;overflow:hidden;text-overflow:ellipsis;white-space:nowrap;vertical-align:bottom}
+.t.s{max-width:7em}
+@media (max-width:1100px){.opt{display:none}}
+dd,li,p{overflow-wrap:anywhere} svg{max-width:100%;height:auto}
 .state{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;font-weight:600;background:#e2e8f0}
 .state-running{background:#c6f6d5}.state-completed{background:#bee3f8}.state-failed,.state-lost{background:#fed7d7}
 .state-killed{background:#feebc8}.muted{color:#718096}.err{color:#c53030}
@@ -237,35 +306,40 @@ def svg_chart(title: str, points: list[dict[str, Any]], lines: list[tuple[str, s
     if not pts:
         return (f'<figure><figcaption>{esc(title)}</figcaption>'
                 f'<p class="muted">no samples yet</p></figure>')
-    left, right, top, bottom = 56, 12, 10, 34
+    top_value = max((float(p[f]) for p in pts for f, _, _ in lines if p.get(f) is not None), default=0.0)
+    ymax = nice_max(top_value * 1.05)  # some room above the highest point
+    ticks = [(frac, axis_label(frac * ymax)) for frac in (0.0, 0.5, 1.0)]
+    # The y labels end 4 px left of the plot: the margin fits the widest of them (plus 4 px).
+    left, right, top, bottom = max(24, math.ceil(max(label_width(t) for _, t in ticks)) + 8), 12, 10, 34
     t0, t1 = float(pts[0]["t"]), float(pts[-1]["t"])
     span = max(t1 - t0, 1e-6)
-    ymax = max((float(p[f]) for p in pts for f, _, _ in lines if p.get(f) is not None), default=0.0) or 1.0
-    ymax *= 1.1
     w, h = width - left - right, height - top - bottom
 
     def xy(p: dict, f: str) -> str:
         x = left + (float(p["t"]) - t0) / span * w if len(pts) > 1 else left + w  # one point: at "now"
         return f"{x:.1f},{top + h - float(p[f]) / ymax * h:.1f}"
 
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" role="img" data-left="{left}" '
              f'aria-label="{esc(title)}" style="background:#fff;border:1px solid #e2e8f0">']
-    for frac in (0.0, 0.5, 1.0):  # horizontal grid with y labels
+    for frac, label in ticks:  # horizontal grid with y labels
         y = top + h - frac * h
         parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + w}" y2="{y:.1f}" stroke="#edf2f7"/>')
-        parts.append(f'<text x="{left - 4}" y="{y + 4:.1f}" font-size="10" text-anchor="end" fill="#4a5568">'
-                     f"{esc(_num(round(frac * ymax, 2)))}</text>")
+        parts.append(f'<text class="y-label" x="{left - 4}" y="{y + 4:.1f}" font-size="10" text-anchor="end" '
+                     f'fill="#4a5568">{esc(label)}</text>')
     if len(pts) > 1:
         parts.append(f'<text x="{left}" y="{height - 18}" font-size="10" fill="#4a5568">-{esc(_span(span))}</text>')
     parts.append(f'<text x="{left + w}" y="{height - 18}" font-size="10" text-anchor="end" fill="#4a5568">'
                  f'{esc(time.strftime("%H:%M:%S", time.localtime(t1)))}</text>')
-    for f, _, colour in lines:
+    for f, label, colour in lines:
         segment: list[str] = []
         for p in pts + [{}]:  # the sentinel flushes the last segment
             if p.get(f) is not None:
                 segment.append(xy(p, f))
-                cx, cy = segment[-1].split(",")  # dots: short runs have few samples
-                parts.append(f'<circle cx="{cx}" cy="{cy}" r="2" fill="{esc(colour)}"/>')
+                cx, cy = segment[-1].split(",")  # dots: short runs have few samples; exact value on hover
+                when = time.strftime("%H:%M:%S", time.localtime(float(p["t"])))
+                parts.append(f'<circle cx="{cx}" cy="{cy}" r="2" fill="{esc(colour)}"><title>{esc(when)} '
+                             f'{esc(label)} {esc(_num(p[f]))}</title></circle>')
                 continue
             if len(segment) > 1:
                 parts.append(f'<polyline fill="none" stroke="{esc(colour)}" stroke-width="1.6" '
@@ -295,12 +369,12 @@ def _component_rows(comps: dict[str, dict], kind: str) -> str:
             for k in ("tasks", "emitted", "acked", "failed", "replayed", "executed"))
         lat = (f"{_num(c.get('complete_latency_p50_ms'))} / {_num(c.get('complete_latency_p99_ms'))}"
                if c.get("complete_latency_p50_ms") is not None else "–")
-        rows.append(f'<tr data-component="{cid}"><td>{esc(name)}</td>{cells}<td class="n">{lat}</td>'
+        rows.append(f'<tr data-component="{cid}"><td>{_cut(name)}</td>{cells}<td class="n">{lat}</td>'
                     f'<td class="n">{_num(c.get("execute_latency_ms"))}</td></tr>')
     head = ('<tr><th>component</th><th class="n">tasks</th><th class="n">emitted</th><th class="n">acked</th>'
             '<th class="n">failed</th><th class="n">replayed</th><th class="n">executed</th>'
             '<th class="n">complete latency p50 / p99 ms</th><th class="n">execute latency ms</th></tr>')
-    return f'<table data-testid="{esc(kind)}-components">{head}{"".join(rows)}</table>'
+    return f'<div class="wide"><table data-testid="{esc(kind)}-components">{head}{"".join(rows)}</table></div>'
 
 
 def render_list(base: str, items: list[dict[str, Any]], dag_id: str | None, run_id: str | None,
@@ -309,30 +383,41 @@ def render_list(base: str, items: list[dict[str, Any]], dag_id: str | None, run_
     rows = []
     for t in items:
         href = f"{base}/topology/{quote(t['name'], safe='')}"
-        tot = t["totals"]
+        trees = t["spouts"]
+        # DAG above run (two short lines rather than one wide one)
+        dag = "<br>".join(_cut(v) for v in (t["dag_id"], t["dag_run_id"]) if v)
         rows.append(
-            f'<tr data-topology="{esc(t["name"])}"><td><a href="{esc(href)}">{esc(t["name"])}</a></td>'
-            f'<td>{_state(t["state"])}</td><td>{"yes" if t["live"] else "no"}</td><td>{esc(t["launcher"])}</td>'
-            f'<td class="n">{esc(t["workers"])}</td><td class="n">{_num(t["components"])}</td>'
-            f'<td class="n" data-testid="emitted">{_num(tot["emitted"])}</td>'
-            f'<td class="n" data-testid="acked">{_num(tot["acked"])}</td>'
-            f'<td class="n" data-testid="failed">{_num(tot["failed"])}</td>'
-            f'<td>{esc(_when(t["started"]))}</td><td class="n">{_num(t["uptime_secs"])}</td>'
-            f'<td>{esc(t["dag_id"] or "")}{(" / " + esc(t["dag_run_id"])) if t["dag_run_id"] else ""}</td>'
+            f'<tr data-topology="{esc(t["name"])}"><td><a href="{esc(href)}">{_cut(t["name"])}</a></td>'
+            f'<td>{_state(t["state"])}</td><td>{"yes" if t["live"] else "no"}</td>'
+            f'<td class="opt">{_cut(t["launcher"], "t s")}</td>'
+            f'<td class="n">{esc(t["workers"])}</td><td class="n opt">{_num(t["components"])}</td>'
+            f'<td class="n" data-testid="emitted">{_num(trees["emitted"])}</td>'
+            f'<td class="n" data-testid="acked">{_num(trees["acked"])}</td>'
+            f'<td class="n" data-testid="failed">{_num(trees["failed"])}</td>'
+            f'<td class="w">{esc(_when(t["started"]))}</td><td class="n opt">{_num(t["uptime_secs"])}</td>'
+            f'<td>{dag}</td>'
             f'<td>{_ago(t["updated"], now, short=True)}</td></tr>')
-    head = ('<tr><th>topology</th><th>state</th><th>live</th><th>launcher</th><th class="n">workers</th>'
-            '<th class="n">components</th><th class="n">emitted</th><th class="n">acked</th><th class="n">failed</th>'
-            '<th>started</th><th class="n">uptime s</th><th>DAG / run</th><th>updated</th></tr>')
+    trees_title = ("tuples the spouts emitted (each one with a message id roots a tuple tree); acked: trees "
+                   "processed in full; failed: trees that failed or timed out. Bolts' own acks are not counted")
+    head = ('<tr><th rowspan="2">topology</th><th rowspan="2">state</th><th rowspan="2">live</th>'
+            '<th class="opt" rowspan="2">launcher</th><th class="n" rowspan="2">workers</th>'
+            '<th class="n opt" rowspan="2">components</th>'
+            f'<th class="group" colspan="3" title="{esc(trees_title)}">spout tuples (tuple trees)</th>'
+            '<th rowspan="2">started</th><th class="n opt" rowspan="2">uptime s</th><th rowspan="2">DAG / run</th>'
+            '<th rowspan="2">updated</th></tr>'
+            '<tr><th class="n" data-testid="head-emitted">emitted</th><th class="n" data-testid="head-acked">acked</th>'
+            '<th class="n" data-testid="head-failed">failed</th></tr>')
     scope = ""
     if dag_id or run_id:
         scope = (f'<p>Started by DAG <b>{esc(dag_id or "any")}</b>, run <b>{esc(run_id or "any")}</b> '
                  f'(<a href="{esc(base)}/">all topologies</a>)</p>')
     none = "That DAG run started no topology." if dag_id or run_id else "No topology runs recorded in Redis."
-    table = (f'<table data-testid="topologies">{head}{"".join(rows)}</table>' if rows
+    table = (f'<div class="wide"><table data-testid="topologies">{head}{"".join(rows)}</table></div>' if rows
              else f'<p class="muted" data-testid="empty">{none}</p>')
     return _page("Topologies", f"<h1>Topologies</h1>{scope}{table}"
-                 '<p class="muted">Counts are summed over each topology\'s own components. '
-                 f'Read-only view of the control plane in Redis ({esc(_where(redis_url()))}).</p>',
+                 '<p class="muted">Emitted, acked and failed count the spouts\' tuples: each emitted tuple is a '
+                 "tuple tree, acked once every bolt processed it. Each topology's page has every component's "
+                 f'figures. Read-only view of the control plane in Redis ({esc(_where(redis_url()))}).</p>',
                  refresh)
 
 
@@ -353,9 +438,11 @@ def render_topology(base: str, d: dict[str, Any], refresh: bool) -> str:
 
     series = d["series"]
     charts = ('<div class="charts">'
-              + svg_chart("Throughput", series, [("emitted_per_sec", "emitted/s", "#2b6cb0"),
-                                                 ("acked_per_sec", "acked/s", "#38a169"),
-                                                 ("failed_per_sec", "failed/s", "#e53e3e")], "tuples/s")
+              # the run's history samples sum every user component (bolts' emits and acks too)
+              + svg_chart("Throughput, all components", series, [("emitted_per_sec", "emitted/s", "#2b6cb0"),
+                                                                 ("acked_per_sec", "acked/s", "#38a169"),
+                                                                 ("failed_per_sec", "failed/s", "#e53e3e")],
+                          "tuples/s")
               # the run's latency histograms are cumulative: each point is "since the run started"
               + svg_chart("Complete latency since start", series, [("complete_latency_p50_ms", "p50", "#805ad5"),
                                                        ("complete_latency_p99_ms", "p99", "#d69e2e")], "ms")
@@ -374,14 +461,15 @@ def render_topology(base: str, d: dict[str, Any], refresh: bool) -> str:
                else '<p class="muted" data-testid="tx-none">Not a transactional topology.</p>')
 
     wrows = "".join(
-        f'<tr data-worker="{esc(w["worker"])}"><td>{esc(w["worker"])}</td><td>{esc(w["host"])}</td>'
+        f'<tr data-worker="{esc(w["worker"])}"><td>{esc(w["worker"])}</td><td>{_cut(w["host"])}</td>'
         f'<td class="n">{esc(w["pid"])}</td><td class="n">{esc(w["incarnation"])}</td>'
         f'<td>{esc(w["ready"])}</td><td class="n">{_num(w["pending"])}</td>'
         f'<td data-testid="last-seen">{_ago(w["last_seen"], now)}</td></tr>'
         for w in d["worker_heartbeats"])
-    workers = (f'<table data-testid="workers"><tr><th>worker</th><th>host</th><th class="n">pid</th>'
-               f'<th class="n">incarnation</th><th>ready</th><th class="n">pending</th><th>last heartbeat</th></tr>'
-               f"{wrows}</table>" if wrows else '<p class="muted">No worker heartbeats published.</p>')
+    workers = (f'<div class="wide"><table data-testid="workers"><tr><th>worker</th><th>host</th>'
+               f'<th class="n">pid</th><th class="n">incarnation</th><th>ready</th><th class="n">pending</th>'
+               f"<th>last heartbeat</th></tr>{wrows}</table></div>" if wrows
+               else '<p class="muted">No worker heartbeats published.</p>')
 
     errs = "".join(
         f'<li data-testid="error"><b>{esc(e.get("component"))}</b> task {esc(e.get("task"))}: '
