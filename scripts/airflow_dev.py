@@ -3,16 +3,21 @@
     python scripts/airflow_dev.py start|stop|status
 
 start: ``airflow db migrate``, then ``api-server``, ``scheduler``, ``dag-processor`` and ``triggerer`` in
-the background with the repo's airflow.cfg, each in its own session; waits until the api-server answers
-and the login works, then prints the URL and the login. Everything lives under ``$AIRFLOW_HOME``
-(``.airflow/`` from the Makefile): ``secrets.env`` (the JWT secret, API secret key and Fernet key every
-process must share; generated once, mode 0600, reused), ``run/<name>.pid`` and ``run/<name>.log``.
-A second start while one runs says so and starts nothing.
+the background with the repo's airflow.cfg; waits until the api-server answers and the login works,
+then prints the URL and the login. Everything lives under ``$AIRFLOW_HOME`` (``.airflow/`` from the
+Makefile): ``secrets.env`` (the JWT secret, API secret key and Fernet key every process must share;
+generated once, mode 0600, reused), ``run/<name>.pid`` and ``run/<name>.log``. A second start while one
+runs says so and starts nothing.
 
-stop: SIGTERM to each process group, then SIGKILL to whatever is left after ``AIRFLOW_DEV_STOP_TIMEOUT``
-seconds (default 30): the processes, every descendant, and every process that still carries this
-Airflow's marker in its environment (children that were re-parented or started their own session).
-Idempotent: with nothing running it says so and succeeds.
+The four processes are children of a small supervisor (``run/supervisor.pid``, this script's
+``_supervise``) that is a Linux child subreaper: whatever they fork and leave behind (a daemonised
+grandchild, a process in its own session) is re-parented to it, not to init, so it stays findable.
+
+stop: SIGTERM to the supervisor, which sends SIGTERM to the four process groups, waits up to
+``AIRFLOW_DEV_STOP_TIMEOUT`` seconds (default 30), then SIGKILLs every descendant left and exits. A
+sweep after it (or instead of it, if the supervisor is gone) ends anything still in the processes'
+groups or sessions or carrying this Airflow's marker in its environment. Idempotent: with nothing
+running it says so and succeeds.
 
 Settings come from airflow.cfg and the environment, as for any Airflow command: ``AIRFLOW_HOME``,
 ``AIRFLOW__API__PORT``, ``AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT``,
@@ -22,6 +27,7 @@ Only the standard library at import time; start imports Airflow's configuration.
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import json
 import os
@@ -39,7 +45,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROCESSES = ("api-server", "scheduler", "dag-processor", "triggerer")
-MARKER = "TOPOLOGY_AIRFLOW_DEV"  # in every started process's environment: <run dir>
+SUPERVISOR = "supervisor"
+MARKER = "TOPOLOGY_AIRFLOW_DEV"  # in every started process's environment: <run dir> (setproctitle hides it in some)
+PR_SET_CHILD_SUBREAPER = 36
 SECRET_VARS = ("AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__API__SECRET_KEY", "AIRFLOW__CORE__FERNET_KEY")
 SIMPLE_AUTH = "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
 
@@ -121,8 +129,9 @@ def _ours(pidfiles: dict[str, dict]) -> set[int]:
 
 
 def read_pidfiles() -> dict[str, dict]:
+    """{name: {"pid", "start"}} of the supervisor and the processes it started, from run/<name>.pid."""
     out = {}
-    for name in PROCESSES:
+    for name in (SUPERVISOR, *PROCESSES):
         path = run_dir() / f"{name}.pid"
         try:
             out[name] = json.loads(path.read_text())
@@ -133,6 +142,107 @@ def read_pidfiles() -> dict[str, dict]:
 
 def running(pidfiles: dict[str, dict]) -> dict[str, int]:
     return {name: rec["pid"] for name, rec in pidfiles.items() if _alive(rec["pid"], rec.get("start"))}
+
+
+def _record(pid: int) -> dict:
+    st = _stat(pid)
+    return {"pid": pid, "start": st[4] if st else None}
+
+
+def _descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for p in _all_pids():
+        if (st := _stat(p)) and st[3] not in ("Z", "X"):
+            children.setdefault(st[0], []).append(p)
+    found, todo = set(), [pid]
+    while todo:
+        for c in children.get(todo.pop(), ()):
+            if c not in found:
+                found.add(c)
+                todo.append(c)
+    return found
+
+
+# --- the supervisor: parent and subreaper of everything started -------------------------------------
+def supervise(spec_json: str) -> int:
+    """``_supervise '{"name": [argv...], ...}'``: start each command in its own session with its output in
+    run/<name>.log, write run/<name>.pid, reap whatever ends; on SIGTERM stop them all (see stop)."""
+    commands: dict[str, list[str]] = json.loads(spec_json)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        say(f"prctl(PR_SET_CHILD_SUBREAPER) failed: errno {ctypes.get_errno()}; stop falls back to a sweep")
+    stopping = False
+
+    def on_term(signum, frame):
+        nonlocal stopping
+        stopping = True
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_term)
+    procs: dict[str, subprocess.Popen] = {}
+    for name, argv in commands.items():
+        with open(run_dir() / f"{name}.log", "ab") as out:
+            out.write(f"\n===== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(argv)} (make airflow)\n".encode())
+            out.flush()
+            procs[name] = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                           cwd=ROOT, start_new_session=True)
+        (run_dir() / f"{name}.pid").write_text(json.dumps(_record(procs[name].pid)) + "\n")
+    say(f"started {', '.join(f'{n} pid {p.pid}' for n, p in procs.items())}")
+    me = os.getpid()
+
+    def reap() -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            for name, p in procs.items():
+                if p.pid == pid:
+                    p.returncode = os.waitstatus_to_exitcode(status)
+                    if not stopping:
+                        say(f"{name} (pid {pid}) exited with {p.returncode}")
+
+    while not stopping:
+        reap()
+        if all(p.returncode is not None for p in procs.values()) and not _descendants(me):
+            say("every process has exited; supervisor done")
+            return 1
+        time.sleep(0.2)
+
+    say("stopping: SIGTERM to every process group")
+    for p in procs.values():
+        if p.returncode is None:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass
+    for pid in _descendants(me):  # also those that left the groups (re-parented here)
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + float(os.environ.get("AIRFLOW_DEV_STOP_TIMEOUT", "30"))
+    while time.monotonic() < deadline and _descendants(me):
+        reap()
+        time.sleep(0.1)
+    killed = set()
+    for _ in range(100):
+        left = _descendants(me)
+        if not left:
+            break
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.05)
+        reap()
+    reap()
+    say(f"stopped ({len(killed)} process(es) needed SIGKILL: {sorted(killed)})" if killed else "stopped")
+    return 0 if not _descendants(me) else 1
 
 
 # --- start ----------------------------------------------------------------------------------------
@@ -197,12 +307,12 @@ def start() -> int:
     with locked():
         live = running(read_pidfiles())
         info = _read_info()
-        if live:
-            say(f"already running under {rel(home())} ({', '.join(f'{n} pid {p}' for n, p in live.items())}); "
+        if live or _ours({}):
+            say(f"already running under {rel(home())} ({', '.join(f'{n} pid {p}' for n, p in live.items()) or 'leftovers'}); "
                 "not starting another (stop it with: make airflow-stop)")
             if info:
                 print_login(info)
-            if len(live) < len(PROCESSES):
+            if len(live) < len(PROCESSES) + 1:
                 say(f"not running: {', '.join(sorted(set(PROCESSES) - set(live)))} "
                     "(restart with: make airflow-stop && make airflow)")
                 return 1
@@ -255,24 +365,21 @@ def start() -> int:
             say(f"airflow db migrate failed (exit {rc}); {rel(rd / 'db-migrate.log')}:\n{tail(rd / 'db-migrate.log')}")
             return 1
         say(f"db migrate done in {time.monotonic() - t0:.1f}s; starting {', '.join(PROCESSES)}")
-        started: dict[str, dict] = {}
         for name in PROCESSES:
-            log = rd / f"{name}.log"
-            with open(log, "ab") as out:
-                out.write(f"\n===== {time.strftime('%Y-%m-%d %H:%M:%S')} airflow {name} (make airflow)\n".encode())
-                out.flush()
-                proc = subprocess.Popen(cmd + [name], stdout=out, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, env=env, cwd=ROOT, start_new_session=True)
-            st = _stat(proc.pid)
-            started[name] = {"pid": proc.pid, "start": st[4] if st else None, "cmd": cmd + [name]}
-            (rd / f"{name}.pid").write_text(json.dumps(started[name]) + "\n")
+            (rd / f"{name}.pid").unlink(missing_ok=True)
+        with open(rd / f"{SUPERVISOR}.log", "ab") as out:
+            sup = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "_supervise",
+                                    json.dumps({name: cmd + [name] for name in PROCESSES})],
+                                   stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                   cwd=ROOT, start_new_session=True)
+        (rd / f"{SUPERVISOR}.pid").write_text(json.dumps(_record(sup.pid)) + "\n")
         _write_info(info)
 
         timeout = float(os.environ.get("AIRFLOW_DEV_START_TIMEOUT", "120"))
-        problem = wait_ready(info, started, timeout)
+        problem = wait_ready(info, timeout)
         if problem:
             say(problem)
-            _stop(started, quiet=True)
+            _stop(read_pidfiles(), quiet=True)
             return 1
         say(f"up after {time.monotonic() - t0:.1f}s: {base_url}  (logs and pids: {rel(rd)}/, stop: make airflow-stop)")
         print_login(info)
@@ -287,12 +394,13 @@ def _password(info: dict) -> tuple[str, str] | None:
         return None
 
 
-def wait_ready(info: dict, started: dict[str, dict], timeout: float) -> str | None:
+def wait_ready(info: dict, timeout: float) -> str | None:
     """None once the api answers and (SimpleAuthManager) the printed login gets a token; else why not."""
     deadline = time.monotonic() + timeout
     last = ""
     while time.monotonic() < deadline:
-        dead = [n for n, rec in started.items() if not _alive(rec["pid"], rec["start"])]
+        started = read_pidfiles()
+        dead = [n for n in (SUPERVISOR, *PROCESSES) if n in started and not _alive(started[n]["pid"], started[n]["start"])]
         if dead:
             logs = "\n".join(f"----- {rel(run_dir() / f'{n}.log')} -----\n{tail(run_dir() / f'{n}.log')}" for n in dead)
             return f"{', '.join(dead)} exited during start-up; stopped the rest.\n{logs}"
@@ -350,24 +458,29 @@ def print_login(info: dict) -> None:
 
 # --- stop -----------------------------------------------------------------------------------------
 def _stop(pidfiles: dict[str, dict], quiet: bool = False) -> int:
+    t0 = time.monotonic()
+    timeout = float(os.environ.get("AIRFLOW_DEV_STOP_TIMEOUT", "30"))
     targets = _ours(pidfiles)
-    leaders = [rec["pid"] for rec in pidfiles.values() if rec["pid"] in targets]
-    for pid in leaders:  # each is its own session and process group leader
-        for kill in (os.killpg, os.kill):
+    live = running(pidfiles)
+    sup = pidfiles.get(SUPERVISOR)
+    if sup and SUPERVISOR in live:  # the supervisor stops its processes and everything re-parented to it
+        os.kill(sup["pid"], signal.SIGTERM)
+        deadline = time.monotonic() + timeout + 15
+        while time.monotonic() < deadline and _alive(sup["pid"], sup["start"]):
+            time.sleep(0.1)
+    # The sweep: without a supervisor (it died, or its SIGKILLs were not enough), and for anything
+    # outside its tree: the processes' groups and sessions, their descendants, the marker.
+    starts = {pid: st[4] for pid in targets | _ours(pidfiles) if (st := _stat(pid))}
+    if any(_alive(p, s) for p, s in starts.items()):
+        for pid in starts:
             try:
-                kill(pid, signal.SIGTERM)
+                os.kill(pid, signal.SIGTERM)
             except (ProcessLookupError, PermissionError):
                 pass
-    for pid in targets - set(leaders):  # those that left the groups
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except (ProcessLookupError, PermissionError):
-            pass
-    starts = {pid: st[4] for pid in targets if (st := _stat(pid))}
-    deadline = time.monotonic() + float(os.environ.get("AIRFLOW_DEV_STOP_TIMEOUT", "30"))
-    while time.monotonic() < deadline and any(_alive(p, s) for p, s in starts.items()):
-        time.sleep(0.2)
-    killed = 0
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(_alive(p, s) for p, s in starts.items()):
+            time.sleep(0.2)
+    killed = set()
     for _ in range(50):  # whatever ignored SIGTERM, and anything that started meanwhile
         left = {p for p, s in starts.items() if _alive(p, s)} | _ours(pidfiles)
         if not left:
@@ -375,7 +488,7 @@ def _stop(pidfiles: dict[str, dict], quiet: bool = False) -> int:
         for pid in left:
             try:
                 os.kill(pid, signal.SIGKILL)
-                killed += 1
+                killed.add(pid)
             except (ProcessLookupError, PermissionError):
                 pass
             if (st := _stat(pid)) and pid not in starts:
@@ -388,17 +501,19 @@ def _stop(pidfiles: dict[str, dict], quiet: bool = False) -> int:
         say(f"could not stop pid(s) {sorted(left)}")
         return 1
     if not quiet:
-        names = ", ".join(f"{n} pid {rec['pid']}" for n, rec in pidfiles.items() if rec["pid"] in leaders)
-        say(f"stopped {names or 'leftover processes'}: {len(targets)} process(es) in all"
-            + (f", {killed} of them with SIGKILL" if killed else ""))
+        names = ", ".join(f"{n} pid {pidfiles[n]['pid']}" for n in (SUPERVISOR, *PROCESSES) if n in live)
+        say(f"stopped {names or 'leftover processes'} in {time.monotonic() - t0:.1f}s: {len(starts)} process(es) in all"
+            + (f", {len(killed)} of them with SIGKILL after the supervisor" if killed else ""))
     return 0
 
 
 def stop() -> int:
     with locked():
         pidfiles = read_pidfiles()
-        if not pidfiles and not _ours({}):
-            say(f"not running (no pid files in {rel(run_dir())})")
+        if not running(pidfiles) and not _ours({}):
+            for name in pidfiles:
+                (run_dir() / f"{name}.pid").unlink(missing_ok=True)
+            say(f"not running (no live process from {rel(run_dir())})")
             return 0
         return _stop(pidfiles)
 
@@ -412,10 +527,12 @@ def status() -> int:
     say(", ".join(f"{n} pid {p}" for n, p in live.items()) + f"; {len(_ours(pidfiles))} process(es) in all")
     if info := _read_info():
         print_login(info)
-    return 0 if len(live) == len(PROCESSES) else 1
+    return 0 if len(live) == len(PROCESSES) + 1 else 1
 
 
 def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "_supervise":
+        return supervise(argv[1])
     commands = {"start": start, "stop": stop, "status": status}
     if len(argv) != 1 or argv[0] not in commands:
         print(__doc__.split("\n\n")[1].strip(), file=sys.stderr)
