@@ -502,7 +502,7 @@ def _stop(pidfiles: dict[str, dict], quiet: bool = False) -> int:
         return 1
     if not quiet:
         names = ", ".join(f"{n} pid {pidfiles[n]['pid']}" for n in (SUPERVISOR, *PROCESSES) if n in live)
-        say(f"stopped {names or 'leftover processes'} in {time.monotonic() - t0:.1f}s: {len(starts)} process(es) in all"
+        say(f"stopped {names or 'leftover processes'} in {time.monotonic() - t0:.1f}s: {len(targets | set(starts))} process(es) in all"
             + (f", {len(killed)} of them with SIGKILL after the supervisor" if killed else ""))
     return 0
 
