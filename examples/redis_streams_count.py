@@ -72,6 +72,15 @@ def streams_word_count(streams: list[str], opaque: bool = True, max_entries: int
     return counting_topology(cls(streams, ["word"], max_entries=max_entries, stop_when_drained=True), name, opaque)
 
 
+EXAMPLE_STREAMS = [f"example:words:{p}" for p in range(3)]
+
+
+def example_topology():
+    """The bounded transactional count over EXAMPLE_STREAMS (transactional id "streams-wc"): what
+    dags/committed_counts.py submits."""
+    return streams_word_count(EXAMPLE_STREAMS, opaque=False, name="streams-wc")
+
+
 def fill(client: redis.Redis, streams: list[str], n_per_stream: int, seed: int = 1) -> dict[str, int]:
     """Append random words to every stream; returns the true per-word counts."""
     rng = random.Random(seed)
@@ -94,7 +103,7 @@ def main() -> int:
     url, where = resolve_redis_url(None)
     print(f"Redis: {where}")
     client = connect(url)
-    streams = [f"example:words:{p}" for p in range(3)]
+    streams = EXAMPLE_STREAMS
     name = "streams-wc-opaque" if opaque else "streams-wc"
     client.delete(*streams, "word-counts", same_slot("word-counts", ":writers"),
                   *client.keys(f"topology:{{{name}:ctl}}:*"))

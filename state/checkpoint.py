@@ -17,7 +17,7 @@ from .checkpoint_state import (  # noqa: F401 - re-exported: the record's names
     ROLLBACK,
     CheckPointState,
 )
-from .layout import ctl_key
+from .layout import commit_entry, ctl_key
 from .replication import NO_WAIT, Replication, atomic
 
 
@@ -31,12 +31,16 @@ def load_checkpoint(client: redis.Redis, topology_id: str) -> CheckPointState:
 
 
 def save_checkpoint(client: redis.Redis, topology_id: str, cp: CheckPointState,
-                    replication: Replication = NO_WAIT, token: int | None = None) -> None:
+                    replication: Replication = NO_WAIT, token: int | None = None,
+                    announce: str | None = None) -> None:
     """Record ``cp``, fenced by the run's ``token`` (a newer run's record is never overwritten:
     Fenced); with ``replication``, only once enough replicas have it (WAIT), else
-    NotReplicated (a redis.RedisError) is raised."""
+    NotReplicated (a redis.RedisError) is raised. ``announce`` (an asset name; the caller passes
+    it for a commit, not a rollback) adds an entry to the commits stream in the same script."""
     key = ctl_key(topology_id, "checkpoint")
     commands = [("HSET", key, "txid", cp.txid, "state", cp.state)]
+    if announce:
+        commands.append(commit_entry(topology_id, "checkpoint", cp.txid, announce))
     if replication:
         fencing.guarded(key, atomic, client, key, [fencing.fenced(commands, key, token)], replication)
     else:

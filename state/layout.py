@@ -10,6 +10,8 @@ on one node; the topology's control records share ``{ID:ctl}``.
     topology:{ID:TASK}:txid        hash   commit -> txid, prepare -> txid
     topology:{ID:ctl}:checkpoint   hash   txid, state (COMMITTED | PREPARING | COMMITTING)
     topology:{ID:ctl}:namespaces   hash   stateful component -> its task ids (JSON)
+    topology:{ID:ctl}:commits      stream one entry per committed checkpoint / transactional commit, when
+                                   the topology announces them (topology.airflow.asset; capped)
     topology:{ID:TASK}:fence, topology:{ID:ctl}:fence
                                    string the newest run's fencing token that wrote to this slot
                                           (state/fencing.py)
@@ -57,6 +59,16 @@ def owner_of(key: str | bytes) -> tuple[str, str] | None:
     """(topology id, task number or "ctl") of a key in this layout, None for any other key."""
     m = _OWN_TAG.fullmatch(key.decode() if isinstance(key, bytes) else key)
     return (m["id"], m["part"]) if m else None
+
+
+COMMITS_MAXLEN = 10_000  # entries kept in a commits stream (approximately)
+
+
+def commit_entry(topology_id: str, kind: str, txid: int, asset: str) -> tuple:
+    """The XADD announcing a commit (``kind`` "checkpoint" or "transactional") of ``topology_id``
+    (the transactional id for a transactional commit) in its control slot: for a fenced script."""
+    return ("XADD", ctl_key(topology_id, "commits"), "MAXLEN", "~", COMMITS_MAXLEN, "*",
+            "topology", topology_id, "kind", kind, "txid", txid, "asset", asset)
 
 
 def tx_key(tx_id: str, name: str) -> str:

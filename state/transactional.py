@@ -27,7 +27,7 @@ import redis
 
 from . import fencing
 from .connection import connect
-from .layout import tx_key
+from .layout import commit_entry, tx_key
 from .replication import NO_WAIT, Replication, Session, atomic
 
 # decide(entries, committed) -> the committed entries to write, or None to refuse the commit
@@ -71,13 +71,16 @@ class TransactionalState:
     """The records of transactional id ``tx_id`` on ``client`` (decode_responses=True)."""
 
     def __init__(self, client: redis.Redis, tx_id: str, replication: Replication = NO_WAIT,
-                 token: int | None = None) -> None:
+                 token: int | None = None, announce: str | None = None) -> None:
         """``token``: the run's fencing token (state/fencing.py): the records' slot is claimed
-        for it now, and every write is refused (Fenced) once a newer run claimed it."""
+        for it now, and every write is refused (Fenced) once a newer run claimed it.
+        ``announce``: an asset name; each commit then adds an entry to the commits stream in the
+        same script (layout.commit_entry)."""
         self.client = client
         self.tx_id = tx_id
         self.replication = replication
         self.token = token
+        self.announce = announce
         # keys used on every batch, formatted once
         self._current = current_key(tx_id)
         self._last = tx_key(tx_id, "last-meta")
@@ -86,8 +89,11 @@ class TransactionalState:
 
     @classmethod
     def from_url(cls, url: str, tx_id: str, replication: Replication = NO_WAIT,
-                 token: int | None = None) -> TransactionalState:
-        return cls(connect(url, decode_responses=True), tx_id, replication, token)
+                 token: int | None = None, announce: str | None = None) -> TransactionalState:
+        return cls(connect(url, decode_responses=True), tx_id, replication, token, announce)
+
+    def _announced(self, txid: int) -> list[tuple]:
+        return [commit_entry(self.tx_id, "transactional", txid, self.announce)] if self.announce else []
 
     def _write(self, commands: list[tuple]) -> None:
         """``commands`` (all in the records' slot) as one fenced script, waited for as
@@ -147,7 +153,7 @@ class TransactionalState:
     def commit(self, txid: int, current: int) -> None:
         """One MULTI: ``current`` becomes the current txid and committed ``txid``'s metadata goes
         (a committed batch never replays)."""
-        self._write([("SET", self._current, current), ("DEL", self.meta_key(txid))])
+        self._write([("SET", self._current, current), ("DEL", self.meta_key(txid)), *self._announced(txid)])
 
     # --- opaque spouts: per-attempt metadata, committed with the txid ------------------------
     def read_opaque_batch(self, txid: int, partitions: list[int]) -> tuple[int, list, list]:
@@ -207,7 +213,7 @@ class TransactionalState:
     def _opaque_commands(self, txid: int, new: dict[int, Any]) -> list[tuple]:
         flat = [x for kv in _dumps(new).items() for x in kv]
         return [*([("HSET", self._committed, *flat)] if new else []), ("SET", self._current, txid + 1),
-                ("DEL", self.ometa_key(txid))]
+                ("DEL", self.ometa_key(txid)), *self._announced(txid)]
 
     def _commit_opaque_replicated(self, txid: int, decide: OpaqueDecision, retries: int = 1) -> bool:
         """``commit_opaque`` on one held connection, WATCH to WAIT (state/replication.py)."""

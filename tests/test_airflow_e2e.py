@@ -11,6 +11,7 @@ import redis
 
 from examples.wordcount import COUNTS, sample_sentences, true_counts
 from topology_runtime.control.control_plane import ControlPlane
+from topology_runtime.testing import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -96,3 +97,36 @@ def test_deferrable_wordcount_defers_then_succeeds_with_the_summary(airflow_live
     assert driver_log.is_file() and "run 'wordcount' completed after" in driver_log.read_text()
     counts = {k.decode(): int(v) for k, v in redis.Redis.from_url(redis_url).hgetall(COUNTS).items()}
     assert counts == true_counts(sample_sentences(2000))
+
+
+def test_a_dag_scheduled_on_committed_data_runs_after_the_topology_commits(airflow_live, redis_url):
+    """Issue 20 item 8: dags/committed_counts.py. The report DAG is scheduled on the transactional
+    count's asset; its watcher (TopologyCommitTrigger in the triggerer) turns each commit into an
+    asset event, and the report runs with those commits as its triggering events."""
+    live = airflow_live
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    live.wait_for_dag("committed_counts_report")
+    r = live.api("PATCH", "/dags/committed_counts_report", json={"is_paused": False})
+    assert r.status_code == 200, r.text
+    stream = "topology:{streams-wc:ctl}:commits"
+
+    def watching() -> bool:
+        try:
+            return any(g["name"] == "airflow:streams-wc" for g in client.xinfo_groups(stream))
+        except redis.ResponseError:  # no stream yet: the watcher has not started
+            return False
+    assert wait_for(watching, 120), "the asset watcher never started reading the commits stream\n" + live.tails()
+    run_id = live.trigger("transactional_wordcount", {})
+    state = live.wait_for_run("transactional_wordcount", run_id, timeout=240)
+    assert state == "success", live.describe_run("transactional_wordcount", run_id)
+    commits = client.xlen(stream)
+    assert commits >= 1
+
+    def reports() -> list[dict]:
+        runs = live.api("GET", "/dags/committed_counts_report/dagRuns").json().get("dag_runs", [])
+        return [r for r in runs if r.get("run_type") == "asset_triggered"]
+    assert wait_for(lambda: any(r["state"] == "success" for r in reports()), 180), (reports(), live.tails())
+    events = live.api("GET", "/assets/events", params={"limit": 100}).json().get("asset_events", [])
+    payloads = [(e.get("extra") or {}).get("payload") or {} for e in events]  # Airflow: {"from_trigger", "payload"}
+    txids = sorted(p["txid"] for p in payloads if p.get("topology") == "streams-wc")
+    assert txids and len(txids) == len(set(txids)) and len(txids) <= commits, txids  # each commit at most once

@@ -3,9 +3,11 @@
 Importable from the plugins folder (Airflow puts it on sys.path) and installed with the project.
 """
 
+from .assets import TopologyCommitTrigger, topology_asset
 from .hooks import TopologyHook
 from .operators import SubmitTopologyOperator, TopologyRecoveryOperator
 from .sensors import TopologySensor
 from .triggers import TopologyTrigger
 
-__all__ = ["SubmitTopologyOperator", "TopologyHook", "TopologyRecoveryOperator", "TopologySensor", "TopologyTrigger"]
+__all__ = ["SubmitTopologyOperator", "TopologyCommitTrigger", "TopologyHook", "TopologyRecoveryOperator",
+           "TopologySensor", "TopologyTrigger", "topology_asset"]

@@ -42,6 +42,10 @@ DEFAULTS: dict[str, Any] = {
     # What a Spark driver does on SIGTERM (Airflow's mark-failed/clear): "kill" the topology, or
     # "drain" it (spouts stop, pending trees finish); either way the final state is recorded.
     "topology.sigterm.action": "kill",
+    # An Airflow asset name: each committed checkpoint and transactional commit adds an entry to
+    # topology:{ID:ctl}:commits, which topology_airflow.topology_asset's watcher turns into asset
+    # events (DAGs scheduled on committed data). None: no announcements.
+    "topology.airflow.asset": None,
     # Spark: the delay before a failed barrier stage is launched again grows from initial to max
     # (times multiplier per consecutive failure); a stage that ran healthy for reset.secs starts
     # the count (topology.max.restarts consecutive failures) and the delay over.
@@ -225,6 +229,9 @@ def resolve_config(conf: Mapping[str, Any] | None, workers: int | None = None) -
                           "(committed checkpoints must outlive the workers)")
     k = "topology.state.checkpoint.interval.ms"
     out[k] = _positive_number(k, out[k])
+    k = "topology.airflow.asset"
+    if out[k] is not None and (not isinstance(out[k], str) or not out[k].strip()):
+        raise ConfigError(f"config key {k!r}: expected an asset name (a non-empty string) or None, got {out[k]!r}")
     k = "topology.sigterm.action"
     if out[k] not in ("kill", "drain"):
         raise ConfigError(f"config key {k!r}: expected 'kill' or 'drain', got {out[k]!r}")

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import redis
 
-from state.checkpoint import load_checkpoint, save_checkpoint
+from state.checkpoint import COMMITTED, load_checkpoint, save_checkpoint
 from state.connection import connect
 from state.recovery import recover_stopped
 from state.replication import Replication
@@ -39,6 +39,7 @@ class ExactlyOnceCheckpoints:
                  on_redis_lost: Callable[[], None], token: int | None = None) -> None:
         self.name = name
         self.token = token  # the run's fencing token: a stale run's record writes are refused
+        self.asset = plan.conf.get("topology.airflow.asset")  # commits announced under it
         self.redis = connect(state_redis_url(plan.conf, needed_for="topology.state.exactly.once"))
         self.replication = Replication(*state_replication(plan.conf))  # records wait for replicas (WAIT)
         self.coordinator = CheckpointCoordinator(
@@ -98,7 +99,9 @@ class ExactlyOnceCheckpoints:
             return
         try:
             # the record first (on enough replicas), then the message
-            save_checkpoint(self.redis, self.name, action.record, self.replication, self.token)
+            # A COMMITTED record here is a commit (rollbacks are recovery's): announce it.
+            announce = self.asset if action.record.state == COMMITTED else None
+            save_checkpoint(self.redis, self.name, action.record, self.replication, self.token, announce)
         except redis.RedisError as e:
             log.warning("run %s: checkpoint coordination lost Redis (%s); rolling back", self.name, e)
             self.coordinator.abandon(unsaved=action)

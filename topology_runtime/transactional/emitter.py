@@ -26,7 +26,8 @@ def open_state(conf: dict, context: Any, tx_id: str | None) -> TransactionalStat
     ``topology.transactional.id`` config, else the topology id), in the run's Redis."""
     tx_id = tx_id or conf.get("topology.transactional.id") or context.topology_id
     return TransactionalState.from_url(state_redis_url(conf, needed_for=NEEDS_REDIS), tx_id,
-                                       Replication(*state_replication(conf)), fencing_token(conf))
+                                       Replication(*state_replication(conf)), fencing_token(conf),
+                                       conf.get("topology.airflow.asset"))
 
 
 class TransactionalEmitter:

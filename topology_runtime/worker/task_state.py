@@ -54,13 +54,24 @@ class TaskStateProvider:
         return st, st.get("__snapshot")
 
     def checkpoint_spout(self) -> CheckpointSpout:
-        from state.checkpoint import INITIAL, load_checkpoint, save_checkpoint
+        from state.checkpoint import COMMITTED, COMMITTING, INITIAL, load_checkpoint, save_checkpoint
 
         interval = float(self.conf["topology.state.checkpoint.interval.ms"])
         if self.conf["topology.state.provider"] == "redis":
             client = self.redis()
             tid, rep, token = self.topology_id, self.replication(), self.token
-            return CheckpointSpout(lambda: load_checkpoint(client, tid),
-                                   lambda cp: save_checkpoint(client, tid, cp, rep, token), interval)
+            asset = self.conf.get("topology.airflow.asset")
+            last = [INITIAL]
+
+            def load():
+                last[0] = load_checkpoint(client, tid)
+                return last[0]
+
+            def save(cp):
+                # COMMITTING(t) -> COMMITTED(t) is a commit; PREPARING(t) -> COMMITTED(t-1) a rollback.
+                commit = cp.state == COMMITTED and last[0].state == COMMITTING and last[0].txid == cp.txid
+                save_checkpoint(client, tid, cp, rep, token, asset if commit else None)
+                last[0] = cp
+            return CheckpointSpout(load, save, interval)
         box = [INITIAL]
         return CheckpointSpout(lambda: box[0], lambda cp: box.__setitem__(0, cp), interval)

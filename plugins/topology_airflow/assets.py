@@ -1,0 +1,112 @@
+"""Airflow assets on committed data: DAGs scheduled on a topology's commits.
+
+A topology run with ``topology.airflow.asset = NAME`` adds one entry to the Redis stream
+``topology:{ID:ctl}:commits`` per committed checkpoint (stateful and exactly-once topologies)
+and per transactional commit, in the same script as the commit itself (state/layout.py,
+``commit_entry``). ``topology_asset`` declares the matching Airflow asset with an
+``AssetWatcher`` whose trigger, ``TopologyCommitTrigger``, reads that stream in the triggerer
+through a consumer group; every entry becomes an asset event (extra: topology, kind, txid), so a
+DAG with ``schedule=[topology_asset(...)]`` runs after each commit:
+
+    committed = topology_asset("wordcount-committed", topology_id="wordcount")
+
+    @dag(schedule=[committed])
+    def report(): ...
+
+Delivery is at most once per entry: an entry is acknowledged when read, so a triggerer that dies
+between reading it and Airflow storing the event loses that one event (the next commit's event
+covers the data: a commit event means "committed up to txid"). Entries written while no watcher
+is registered are not replayed (the group starts at the stream's end when first created).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+from airflow.sdk import Asset, AssetWatcher
+from airflow.triggers.base import BaseEventTrigger, TriggerEvent
+
+from state.connection import connect_async
+from state.layout import check_topology_id, ctl_key
+
+KINDS = ("checkpoint", "transactional")
+
+
+class TopologyCommitTrigger(BaseEventTrigger):
+    """Yields one event per commit announced by topology (or transactional id) ``topology_id``:
+    ``{"topology", "kind", "txid", "asset"}``; ``kinds`` filters checkpoint/transactional."""
+
+    def __init__(self, topology_id: str, redis_url: str | None = None, group: str | None = None,
+                 kinds: Sequence[str] = KINDS, block_ms: int = 5000) -> None:
+        super().__init__()
+        self.topology_id = check_topology_id(topology_id)
+        self.redis_url = redis_url
+        self.group = group or f"airflow:{topology_id}"
+        self.kinds = list(kinds)
+        self.block_ms = block_ms
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return ("topology_airflow.assets.TopologyCommitTrigger", {
+            "topology_id": self.topology_id, "redis_url": self.redis_url, "group": self.group,
+            "kinds": self.kinds, "block_ms": self.block_ms,
+        })
+
+    def _url(self) -> str:
+        if self.redis_url:
+            return self.redis_url
+        from topology_runtime.control.redis_server import resolve_redis_url
+
+        return resolve_redis_url(None)[0]  # $TOPOLOGY_REDIS_URL, else the project-local Redis
+
+    async def _ensure_group(self, client: Any, stream: str, start: str) -> None:
+        try:
+            await client.xgroup_create(stream, self.group, id=start, mkstream=True)
+        except aioredis.ResponseError as e:
+            if "BUSYGROUP" not in str(e):  # BUSYGROUP: created before (this watcher ran earlier)
+                raise
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        stream = ctl_key(self.topology_id, "commits")
+        client = connect_async(self._url(), decode_responses=True, socket_timeout=self.block_ms / 1000 + 10)
+        start: str | None = "$"  # first: from now on (commits before the watcher existed are not replayed)
+        try:
+            while True:
+                try:
+                    if start is not None:
+                        await self._ensure_group(client, stream, start)
+                        start = None
+                    got = await client.xreadgroup(self.group, "triggerer", {stream: ">"}, count=100,
+                                                  block=self.block_ms)
+                except aioredis.ResponseError as e:
+                    if "NOGROUP" not in str(e):
+                        raise
+                    # The stream (and the group with it) was deleted (topology reset, a flushed
+                    # Redis): a new stream's entries all count.
+                    start = "0"
+                    continue
+                except aioredis.RedisError as e:  # an outage is not the end: keep watching
+                    self.log.warning("topology %r commits: Redis unreachable (%s); retrying", self.topology_id, e)
+                    await asyncio.sleep(2)
+                    continue
+                for _, entries in got or []:
+                    if entries:
+                        await client.xack(stream, self.group, *(i for i, _ in entries))
+                    for _, fields in entries:
+                        if fields.get("kind") in self.kinds:
+                            yield TriggerEvent({"topology": fields.get("topology"), "kind": fields.get("kind"),
+                                                "txid": int(fields.get("txid", -1)), "asset": fields.get("asset")})
+        finally:
+            await client.aclose()
+
+
+def topology_asset(name: str, topology_id: str, redis_url: str | None = None, kinds: Sequence[str] = KINDS,
+                   uri: str | None = None) -> Asset:
+    """The Airflow asset updated by each commit of ``topology_id`` (run it with
+    ``topology.airflow.asset`` set, e.g. to ``name``); ``redis_url`` defaults to the run's Redis
+    as the triggerer finds it ($TOPOLOGY_REDIS_URL or the project-local one)."""
+    trigger = TopologyCommitTrigger(topology_id, redis_url, kinds=kinds)
+    return Asset(name=name, uri=uri or f"topology://{topology_id}/{name}",
+                 watchers=[AssetWatcher(name=f"{topology_id}-commits", trigger=trigger)])
