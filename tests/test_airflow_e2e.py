@@ -26,6 +26,12 @@ def test_wordcount_dag_through_the_rest_api(airflow_live, redis_url):
     assert "progress [" in log, log[-3000:]
     assert "run 'wordcount' completed after" in log, log[-3000:]
     assert "component" in log and "sentences" in log  # the summary table
+    # Issue 20 item 5: Spark's INFO start-up lines stay out (WARN and up only), and each progress
+    # line is short enough to read without scrolling sideways.
+    assert " INFO SparkContext" not in log and " INFO Executor" not in log, log[:3000]
+    progress = [line[line.index("progress ["):].split(" [airflow.")[0].rstrip()  # minus the log's own context
+                for line in log.splitlines() if "progress [" in line]
+    assert progress and max(map(len, progress)) <= 100, max(progress, key=len)
     counts = {k.decode(): int(v) for k, v in redis.Redis.from_url(redis_url).hgetall(COUNTS).items()}
     assert counts == true_counts(sample_sentences(2000))
     # The task's "Topology" button, as the UI fetches it, leads to the run's status page.
