@@ -331,8 +331,12 @@ def start() -> int:
         host = conf.get("api", "host")
         port = conf.getint("api", "port")
         url_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-        base_url = os.environ.get("AIRFLOW__API__BASE_URL") or f"http://{url_host}:{port}"
-        env["AIRFLOW__API__BASE_URL"] = base_url  # the Execution API URL workers use derives from it
+        base_url = (os.environ.get("AIRFLOW__API__BASE_URL") or f"http://{url_host}:{port}").rstrip("/")
+        if not any(k in os.environ for k in ("AIRFLOW__CORE__EXECUTION_API_SERVER_URL",
+                                             "AIRFLOW__WORKERS__EXECUTION_API_SERVER_URL")):
+            # workers reach the api-server on the port it really listens on (AIRFLOW__API__PORT may differ
+            # from airflow.cfg's)
+            env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] = f"http://{url_host}:{port}/execution/"
         ports = {"api-server (api port)": port,
                  "worker log server (logging worker_log_server_port)": conf.getint("logging", "worker_log_server_port"),
                  "triggerer log server (logging trigger_log_server_port)": conf.getint("logging", "trigger_log_server_port")}

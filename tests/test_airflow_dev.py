@@ -84,8 +84,8 @@ def test_api_port_clear_of_the_log_servers_and_of_airflow_defaults():
     # and not 8080, Airflow's api default that Spark standalone's master web UI also uses.
     others = {k: v for k, v in defaults.items() if k != ("api", "port")}
     assert api not in others.values() and api != 8080, (api, others)
-    # Workers find the Execution API through base_url: it must name the same port.
-    assert cfg.get("api", "base_url").rstrip("/").endswith(f":{api}")
+    # Task workers call the Execution API there: the same port.
+    assert cfg.get("core", "execution_api_server_url") == f"http://127.0.0.1:{api}/execution/"
 
 
 # --- the plugin -----------------------------------------------------------------------------------
