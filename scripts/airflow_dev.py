@@ -313,7 +313,7 @@ def start() -> int:
             if info:
                 print_login(info)
             if len(live) < len(PROCESSES) + 1:
-                say(f"not running: {', '.join(sorted(set(PROCESSES) - set(live)))} "
+                say(f"not running: {', '.join(n for n in (SUPERVISOR, *PROCESSES) if n not in live)} "
                     "(restart with: make airflow-stop && make airflow)")
                 return 1
             return 0
