@@ -255,7 +255,7 @@ def airflow_live(airflow_db, redis_server, tmp_path_factory, request) -> Iterato
         "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
         # Log servers on free ports too: several sessions may share this machine.
         "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
-        "AIRFLOW__LOGGING__TRIGGERER_LOG_SERVER_PORT": str(_free_port()),
+        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "TOPOLOGY_REDIS_URL": redis_server.url,
     }
