@@ -287,7 +287,7 @@ def render_topology(base: str, d: dict[str, Any], refresh: bool) -> str:
     series = d["series"]
     charts = ('<div class="charts">'
               # the run's history samples sum every user component (bolts' emits and acks too)
-              + svg_chart("Throughput, all components", series, [("emitted_per_sec", "emitted/s", "#2b6cb0"),
+              + svg_chart("Throughput, spout tuple trees", series, [("emitted_per_sec", "emitted/s", "#2b6cb0"),
                                                                  ("acked_per_sec", "acked/s", "#38a169"),
                                                                  ("failed_per_sec", "failed/s", "#e53e3e")],
                           "tuples/s")

@@ -141,13 +141,15 @@ def status_from_dict(d: dict[str, Any]) -> RunStatus:
 
 
 def history_sample(status: RunStatus, t: float) -> dict[str, Any]:
-    """One compact point of the throughput/latency series: totals over the user's components and
-    the worst spout's complete latency percentiles (ms; None before any tree completed)."""
+    """One compact point of the throughput/latency series: the spouts' emitted/acked/failed tuple
+    trees and the worst spout's complete latency percentiles (ms; None before any tree completed)."""
     comps = list(status.components.values())
+    # Throughput in tuple trees: the spouts' figures (a bolt's acks would count a tree again per bolt).
+    spouts = [c for c in comps if c.executed == 0] or comps
     p50 = [c.complete_latency_p50_ms for c in comps if c.complete_latency_p50_ms is not None]
     p99 = [c.complete_latency_p99_ms for c in comps if c.complete_latency_p99_ms is not None]
-    return {"t": round(t, 3), "emitted": sum(c.emitted for c in comps), "acked": sum(c.acked for c in comps),
-            "failed": sum(c.failed for c in comps), "p50": max(p50) if p50 else None,
+    return {"t": round(t, 3), "emitted": sum(c.emitted for c in spouts), "acked": sum(c.acked for c in spouts),
+            "failed": sum(c.failed for c in spouts), "p50": max(p50) if p50 else None,
             "p99": max(p99) if p99 else None}
 
 
