@@ -7,6 +7,8 @@ defers to the triggerer until the run ends, holding no worker slot while the top
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pendulum
 from airflow.sdk import DAG, Param, task
 from topology_airflow import SubmitTopologyOperator, TopologyRecoveryOperator
@@ -52,6 +54,10 @@ def wordcount_dag(dag_id: str, deferrable: bool) -> DAG:
             workers="{{ params.workers }}",
             progress_interval=2,
             deferrable=deferrable,
+            # If the task's process dies mid-run (a worker or scheduler killed), the retry re-attaches
+            # to the run this try started and follows it; it does not submit a second run.
+            retries=1,
+            retry_delay=timedelta(seconds=5),
         )
 
         @task

@@ -15,8 +15,9 @@ DAG with ``schedule=[topology_asset(...)]`` runs after each commit:
 
 Delivery is at most once per entry: an entry is acknowledged when read, so a triggerer that dies
 between reading it and Airflow storing the event loses that one event (the next commit's event
-covers the data: a commit event means "committed up to txid"). Entries written while no watcher
-is registered are not replayed (the group starts at the stream's end when first created).
+covers the data: a commit event means "committed up to txid"). Entries written before the watcher
+first ran are not replayed (its group starts at the stream's end); the watcher never creates a
+key: until the topology's first commit creates the stream it waits, then reads it from the start.
 """
 
 from __future__ import annotations
@@ -61,31 +62,40 @@ class TopologyCommitTrigger(BaseEventTrigger):
 
         return resolve_redis_url(None)[0]  # $TOPOLOGY_REDIS_URL, else the project-local Redis
 
-    async def _ensure_group(self, client: Any, stream: str, start: str) -> None:
+    async def _ensure_group(self, client: Any, stream: str, start: str) -> bool:
+        """The consumer group on ``stream``, if the stream exists (a watcher never creates keys:
+        it must not write to a Redis the topology has not used yet). False: no stream yet."""
+        if not await client.exists(stream):
+            return False
         try:
-            await client.xgroup_create(stream, self.group, id=start, mkstream=True)
+            await client.xgroup_create(stream, self.group, id=start)
         except aioredis.ResponseError as e:
             if "BUSYGROUP" not in str(e):  # BUSYGROUP: created before (this watcher ran earlier)
                 raise
+        return True
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         stream = ctl_key(self.topology_id, "commits")
         client = connect_async(self._url(), decode_responses=True, socket_timeout=self.block_ms / 1000 + 10)
-        start: str | None = "$"  # first: from now on (commits before the watcher existed are not replayed)
+        # A stream that exists when the watcher starts: from now on (older commits are not
+        # replayed). One that appears later (the first commit, or after a reset): all of it.
+        start = "$"
+        grouped = False
         try:
             while True:
                 try:
-                    if start is not None:
-                        await self._ensure_group(client, stream, start)
-                        start = None
+                    if not grouped:
+                        grouped = await self._ensure_group(client, stream, start)
+                        if not grouped:
+                            start = "0"
+                            await asyncio.sleep(self.block_ms / 1000)
+                            continue
                     got = await client.xreadgroup(self.group, "triggerer", {stream: ">"}, count=100,
                                                   block=self.block_ms)
                 except aioredis.ResponseError as e:
                     if "NOGROUP" not in str(e):
                         raise
-                    # The stream (and the group with it) was deleted (topology reset, a flushed
-                    # Redis): a new stream's entries all count.
-                    start = "0"
+                    grouped, start = False, "0"  # the stream was deleted (a reset): wait for the next one
                     continue
                 except aioredis.RedisError as e:  # an outage is not the end: keep watching
                     self.log.warning("topology %r commits: Redis unreachable (%s); retrying", self.topology_id, e)
