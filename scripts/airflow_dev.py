@@ -52,6 +52,17 @@ SECRET_VARS = ("AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__API__SECRET_KEY", "AIR
 SIMPLE_AUTH = "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
 
 
+def _sigkill(pids) -> set[int]:
+    """SIGKILL each of ``pids``; the ones that were signalled (gone or foreign ones are skipped)."""
+    done = set()
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            done.add(pid)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return done
+
 def say(msg: str) -> None:
     print(f"airflow: {msg}", flush=True)
 
@@ -232,12 +243,7 @@ def supervise(spec_json: str) -> int:
         left = _descendants(me)
         if not left:
             break
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.add(pid)
-            except (ProcessLookupError, PermissionError):
-                pass
+        killed |= _sigkill(left)
         time.sleep(0.05)
         reap()
     reap()
@@ -489,12 +495,8 @@ def _stop(pidfiles: dict[str, dict], quiet: bool = False) -> int:
         left = {p for p, s in starts.items() if _alive(p, s)} | _ours(pidfiles)
         if not left:
             break
+        killed |= _sigkill(left)
         for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.add(pid)
-            except (ProcessLookupError, PermissionError):
-                pass
             if (st := _stat(pid)) and pid not in starts:
                 starts[pid] = st[4]
         time.sleep(0.1)

@@ -17,6 +17,7 @@ import redis
 
 from examples.redis_streams_count import fill
 from examples.stateful_wordcount import counts_in_state
+from examples.transactional_count import KeyedCount
 from examples.wordcount import load_sentences, true_counts
 from state import RedisKeyValueState
 from state.checkpoint import COMMITTED, PREPARING, CheckPointState, load_checkpoint, save_checkpoint
@@ -28,7 +29,6 @@ from state.values import ValueMap
 from topology_runtime.api.status import RunStatus
 from topology_runtime.control.control_plane import ControlPlane, LeaseLost
 from topology_runtime.testing import wait_for
-from topology_runtime.transactional import BatchBolt
 
 ROOT = Path(__file__).resolve().parent.parent
 LEASE_MS = 1500
@@ -209,21 +209,12 @@ def test_a_paused_exactly_once_run_writes_nothing_after_a_second_run_took_over(r
     assert counts_in_state(redis_url, name, tasks) == truth  # exact: the stale run's commits refused
 
 
-class SlowKeyedCount(BatchBolt):
-    """Per-batch word counts, slowly enough to pause the run between commits."""
-
-    outputs = ["tx", "word", "count"]
-
-    def prepare(self, conf, context, batch_id):
-        self.id, self.counts = batch_id, {}
-
-    def execute(self, tup):
-        self.counts[tup["word"]] = self.counts.get(tup["word"], 0) + 1
+class SlowKeyedCount(KeyedCount):
+    """The example's per-batch word counts, slowly enough to pause the run between commits."""
 
     def finish_batch(self):
         time.sleep(0.03)
-        for w, n in self.counts.items():
-            self.emit([self.id, w, n])
+        super().finish_batch()
 
 
 STREAMS = [f"fence:words:{p}" for p in range(2)]
