@@ -3,7 +3,7 @@ Playwright; no browser download) against the session's live Airflow (``airflow_l
 scheduler, dag-processor, triggerer on loopback) and a real LocalCluster run published to the
 session's Redis.
 
-Screenshots go to the test's tmp dir; with ``TOPOLOGY_SCREENSHOTS_DIR`` set (docs/screenshots.py)
+Screenshots go to the test's tmp dir and build/screenshots/ (kept after the run); with ``TOPOLOGY_SCREENSHOTS_DIR`` set (docs/screenshots.py)
 they are also written there, from a longer run so the chart has a few minutes' worth of shape.
 """
 
@@ -28,6 +28,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-component-update", "--no-first-run"]
 NAME = "wordcount-demo"
 SCREENSHOTS = os.environ.get("TOPOLOGY_SCREENSHOTS_DIR")
+RUN_SHOTS = Path(__file__).resolve().parent.parent / "build" / "screenshots"
 
 
 @pytest.fixture(scope="module")
@@ -71,11 +72,13 @@ def page(tmp_path):
 
 
 def _shot(target, tmp_path: Path, name: str, **kw) -> Path:
+    """Every run keeps its screenshots in build/screenshots/ (CI's too: what the pages looked like
+    when the suite passed or failed); docs/screenshots.py also copies them to docs/img."""
     path = tmp_path / name
     target.screenshot(path=str(path), **kw)
-    if SCREENSHOTS:
-        Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, Path(SCREENSHOTS) / name)
+    for out in (RUN_SHOTS, *([Path(SCREENSHOTS)] if SCREENSHOTS else [])):
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, out / name)
     return path
 
 

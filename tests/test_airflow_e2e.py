@@ -134,6 +134,22 @@ def test_a_dag_scheduled_on_committed_data_runs_after_the_topology_commits(airfl
     assert txids and len(txids) == len(set(txids)) and len(txids) <= commits, txids  # each commit at most once
 
 
+def test_recovery_of_an_unknown_id_through_the_rest_api_fails_naming_the_known_ids(airflow_live, redis_url):
+    """Issue 20 items 6 and 10: the manual recovery DAG, triggered through the REST API with an id
+    this Redis has no record of, fails at once (no retry: a typo does not heal) and says so."""
+    from state.recovery import is_known
+
+    live = airflow_live
+    run_id = live.trigger("topology_recovery", {"topology_id": "no-such-topology", "action": "auto", "dry_run": False})
+    assert live.wait_for_run("topology_recovery", run_id, timeout=120) == "failed"
+    ti = live.task_instances("topology_recovery", run_id)["recover"]
+    assert ti["state"] == "failed" and ti["try_number"] == 1, ti
+    log = live.task_log("topology_recovery", run_id, "recover")
+    assert "no topology 'no-such-topology' in Redis (known: " in log, log[-3000:]
+    assert "nothing" not in log.split("no topology 'no-such-topology'")[0][-200:]  # no "action auto -> nothing"
+    assert not is_known(redis.Redis.from_url(redis_url), "no-such-topology")  # nothing written for it
+
+
 def _driver_live(cp: ControlPlane, name: str) -> bool:
     rec = cp.get(name)
     return rec is not None and rec.live and rec.state == "running"
@@ -142,8 +158,7 @@ def _driver_live(cp: ControlPlane, name: str) -> bool:
 def test_marking_a_running_submit_task_failed_ends_the_run_killed(airflow_live, redis_url):
     """Issue 20 items 3 and 10: mark-failed through the REST API while the topology runs (the task
     gets SIGTERM and on_kill): the run ends ``killed`` with its final state recorded, never
-    ``lost``. (A deferred task's path, the trigger's on_kill, passed here too; it runs in the suite
-    as tests/test_airflow_stop.py with real spark-submits, to keep the suite's time down.)"""
+    ``lost``."""
     live = airflow_live
     dag_id = "wordcount_topology"
     cp = ControlPlane(redis_url)
@@ -155,6 +170,25 @@ def test_marking_a_running_submit_task_failed_ends_the_run_killed(airflow_live, 
     rec = cp.get("wordcount")
     assert rec.state == "killed", (rec.info, live.describe_run(dag_id, run_id))
     assert live.wait_for_run(dag_id, run_id, timeout=120) == "failed"
+
+
+def test_marking_a_deferred_submit_task_failed_ends_the_run_killed(airflow_live, redis_url):
+    """Issue 20 items 3 and 10, deferrable: the task waits in the triggerer; mark-failed through the
+    REST API makes Airflow 3.3 call the trigger's on_kill, which kills the topology: ``killed``."""
+    live = airflow_live
+    dag_id = "wordcount_topology_deferrable"
+    cp = ControlPlane(redis_url)
+    run_id = live.trigger(dag_id, {"sentences": 200000, "workers": 1})
+
+    def deferred_and_live() -> bool:
+        state = (live.task_instances(dag_id, run_id).get("wordcount") or {}).get("state")
+        return state == "deferred" and _driver_live(cp, "wordcount")
+    assert wait_for(deferred_and_live, 240), live.describe_run(dag_id, run_id)
+    r = live.api("PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/wordcount", json={"new_state": "failed"})
+    assert r.status_code == 200, r.text
+    assert wait_for(lambda: not cp.is_live("wordcount"), 90), ("the run outlived its deferred task", live.tails())
+    rec = cp.get("wordcount")
+    assert rec.state == "killed", (rec.info, live.describe_run(dag_id, run_id))
 
 
 def test_a_retry_after_the_task_process_is_sigkilled_reattaches_to_the_same_run(airflow_live, redis_url):
