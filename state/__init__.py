@@ -12,7 +12,10 @@ _NAMES = {
     "InMemoryKeyValueState": "keyvalue", "KeyValueState": "keyvalue", "StateError": "keyvalue",
     "RecoveryRefused": "recovery", "RecoveryReport": "recovery", "recover": "recovery", "reset": "recovery",
     "RedisKeyValueState": "redis_kv",
-    "StateSerializationError": "serializer",
+    "StateSerializationError": "serializer", "JsonSerializer": "serializer", "MsgpackSerializer": "serializer",
+    "Serializer": "serializer", "StringSerializer": "serializer",
+    "MemoryStateProvider": "providers", "RedisStateProvider": "providers", "StateProvider": "providers",
+    "StateProviderError": "providers",
     "OpaqueValue": "values", "TransactionalValue": "values", "ValueMap": "values",
     "TransactionalState": "transactional",
 }

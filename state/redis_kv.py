@@ -6,7 +6,9 @@ hash plus the prepare txid), ``commit`` one script run (prepare hash merged into
 hash, tombstones deleted, commit txid recorded, prepare hash dropped), so a crash never leaves
 half a commit and prepared data survive until recovery decides. With ``replication``
 (``topology.state.redis.min.replicas``) each prepare, commit and rollback is acknowledged only
-once enough replicas have it (state/replication.py), else it raises NotReplicated.
+once enough replicas have it (state/replication.py), else it raises NotReplicated. Keys and
+values go through msgpack unless ``key_serializer`` / ``value_serializer`` are given
+(state/serializer.py; e.g. ``StringSerializer`` for hashes other tools read with ``HGETALL``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from .fencing import FENCE_CHECK, with_fence
 from .keyvalue import KeyValueState, StateError
 from .layout import task_key
 from .replication import NO_WAIT, Replication, atomic
-from .serializer import TOMBSTONE, dumps, loads
+from .serializer import TOMBSTONE, Serializer, dumps, loads, serialize_with
 
 # KEYS: state, prepare, txid, fence. ARGV: txid, tombstone, token. Idempotent: re-running a
 # finished commit is a no-op. Both scripts start with the fence check (state/fencing.py).
@@ -59,10 +61,14 @@ _PLAIN = frozenset((str, int, float, bool, bytes, type(None)))  # msgpack-able a
 
 class RedisKeyValueState(KeyValueState):
     def __init__(self, client: redis.Redis, topology_id: str, task: int | str,
-                 replication: Replication = NO_WAIT, token: int | None = None) -> None:
+                 replication: Replication = NO_WAIT, token: int | None = None,
+                 key_serializer: Serializer | None = None, value_serializer: Serializer | None = None) -> None:
         """``token``: the run's fencing token (state/fencing.py). The task's slot is claimed for
-        it before anything is read, so a stale run's later commits here are refused (Fenced)."""
+        it before anything is read, so a stale run's later commits here are refused (Fenced).
+        ``key_serializer`` / ``value_serializer``: None is msgpack (with a fast path in ``put``)."""
         self.redis = client
+        self.key_serializer = key_serializer
+        self.value_serializer = value_serializer
         self.replication = replication
         self.token = token
         self.topology_id = topology_id
@@ -88,12 +94,14 @@ class RedisKeyValueState(KeyValueState):
             pipe.hgetall(self.k_state)
             pipe.hgetall(self.k_prepare)
             committed, prepared = pipe.execute()
-            view = {loads(k): loads(v) for k, v in committed.items()}
+            lk = loads if self.key_serializer is None else self.key_serializer.deserialize
+            lv = loads if self.value_serializer is None else self.value_serializer.deserialize
+            view = {lk(k): lv(v) for k, v in committed.items()}
             for k, v in prepared.items():
                 if v == TOMBSTONE:
-                    view.pop(loads(k), None)
+                    view.pop(lk(k), None)
                 else:
-                    view[loads(k)] = loads(v)
+                    view[lk(k)] = lv(v)
             for k, v in self._pending.items():
                 if v is _DELETED:
                     view.pop(k, None)
@@ -111,9 +119,13 @@ class RedisKeyValueState(KeyValueState):
     def put(self, key: Any, value: Any) -> None:
         # Checked now (the error names the key, in the bolt's execute); serialized at prepare,
         # once per key per checkpoint however often it was written.
-        if type(key) not in _PLAIN:
+        if self.key_serializer is not None:
+            serialize_with(self.key_serializer, key, "key", key)
+        elif type(key) not in _PLAIN:
             dumps(key, "key", key)
-        if type(value) not in _PLAIN or (type(value) is int and not -(2**63) <= value < 2**64):
+        if self.value_serializer is not None:
+            serialize_with(self.value_serializer, value, "value", key)
+        elif type(value) not in _PLAIN or (type(value) is int and not -(2**63) <= value < 2**64):
             dumps(value, "value", key)
         self._pending[key] = value
         view = self._view
@@ -131,11 +143,17 @@ class RedisKeyValueState(KeyValueState):
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
         return iter(list(self._load().items()))
 
+    def _dump_key(self, k: Any) -> bytes:
+        return dumps(k, "key", k) if self.key_serializer is None else serialize_with(self.key_serializer, k, "key", k)
+
+    def _dump_value(self, k: Any, v: Any) -> bytes:
+        return dumps(v, "value", k) if self.value_serializer is None else serialize_with(self.value_serializer, v, "value", k)
+
     # --- the protocol ------------------------------------------------------------------------
     def prepare_commit(self, txid: int) -> None:
         if txid <= self.committed_txid:
             raise StateError(f"task {self.task}: prepare_commit({txid}) but txid {self.committed_txid} is committed")
-        data = {dumps(k, "key", k): (TOMBSTONE if v is _DELETED else dumps(v, "value", k))
+        data = {self._dump_key(k): (TOMBSTONE if v is _DELETED else self._dump_value(k, v))
                 for k, v in self._pending.items()}
         commands = [("HSET", self.k_prepare, *(x for kv in data.items() for x in kv))] if data else []
         commands.append(("HSET", self.k_txid, "prepare", txid))

@@ -224,9 +224,7 @@ def resolve_config(conf: Mapping[str, Any] | None, workers: int | None = None) -
               "topology.executor.receive.buffer.size", "topology.max.restarts",
               "topology.transfer.max.message.bytes"):
         out[k] = _positive_number(k, out[k], integer=True, zero=(k == "topology.max.restarts"))
-    if out["topology.state.exactly.once"] and out["topology.state.provider"] != "redis":
-        raise ConfigError("config key 'topology.state.exactly.once' needs topology.state.provider 'redis' "
-                          "(committed checkpoints must outlive the workers)")
+    out["topology.state.provider"] = _state_provider(out)
     k = "topology.state.checkpoint.interval.ms"
     out[k] = _positive_number(k, out[k])
     k = "topology.airflow.asset"
@@ -235,10 +233,24 @@ def resolve_config(conf: Mapping[str, Any] | None, workers: int | None = None) -
     k = "topology.sigterm.action"
     if out[k] not in ("kill", "drain"):
         raise ConfigError(f"config key {k!r}: expected 'kill' or 'drain', got {out[k]!r}")
-    k = "topology.state.provider"
-    if out[k] not in ("memory", "redis"):
-        raise ConfigError(f"config key {k!r}: expected 'memory' or 'redis', got {out[k]!r}")
     return out
+
+
+def _state_provider(conf: dict[str, Any]) -> str:
+    """``topology.state.provider`` and its config, checked at submit by state/providers.py
+    (memory, redis or "package.module:Class"; unknown config keys named). Exactly-once keeps
+    spout positions and the fenced checkpoint record in Redis, so it needs a Redis-based one."""
+    from state.providers import StateProviderError, check_provider, is_redis_based
+
+    try:
+        name = check_provider(conf)
+    except StateProviderError as e:
+        raise ConfigError(str(e)) from None
+    if conf["topology.state.exactly.once"] and not is_redis_based(name):
+        raise ConfigError(f"config key 'topology.state.exactly.once' needs a Redis-based topology.state.provider "
+                          f"('redis' or a subclass of state.providers:RedisStateProvider), got {name!r}: spout "
+                          "positions and the fenced checkpoint record live in Redis (docs/state.md)")
+    return name
 
 
 def redis_url(conf: Mapping[str, Any], explicit: str | None = None, *, needed_for: str) -> str:
@@ -246,7 +258,7 @@ def redis_url(conf: Mapping[str, Any], explicit: str | None = None, *, needed_fo
     (a spout's ``url=``, the state provider's), else the ``redis.url`` key (every launcher and
     command sets it to the Redis of the run), else ``topology.state.provider.config``'s ``url``.
     ``needed_for`` says who asks, for the error when there is none."""
-    url = explicit or conf.get("redis.url") or (conf.get("topology.state.provider.config") or {}).get("url")
+    url = explicit or conf.get("redis.url") or _provider_url(conf)
     if not url:
         raise ConfigError(f"{needed_for} needs Redis and no URL is set: pass url=..., set the config key "
                           f"redis.url or topology.state.provider.config {{'url': 'redis://...'}}")
@@ -287,4 +299,12 @@ def fencing_token(conf: Mapping[str, Any]) -> int | None:
 def state_redis_url(conf: Mapping[str, Any], needed_for: str = "topology.state.provider 'redis'") -> str:
     """Where state lives (checkpointed bolt state, exactly-once snapshots, transactional
     records): the state provider's ``url`` first, then as ``redis_url``."""
-    return redis_url(conf, (conf.get("topology.state.provider.config") or {}).get("url"), needed_for=needed_for)
+    return redis_url(conf, _provider_url(conf), needed_for=needed_for)
+
+
+def _provider_url(conf: Mapping[str, Any]) -> str | None:
+    """The Redis of ``topology.state.provider.config`` (``url`` or Storm's host/port/... keys);
+    None for a custom provider that is not Redis-based (its config is its own)."""
+    from state.providers import redis_url_of
+
+    return redis_url_of(conf)

@@ -1,12 +1,15 @@
-"""Where a worker's tasks get their state: a stateful bolt's ``KeyValueState`` (memory or
-Redis, per ``topology.state.provider``), an exactly-once spout's committed position, and the
-checkpoint spout's record."""
+"""Where a worker's tasks get their state: a stateful bolt's ``KeyValueState`` from the
+configured provider (``topology.state.provider``: memory, redis or "package.module:Class", see
+state/providers.py), an exactly-once spout's committed position, and the checkpoint spout's
+record."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..api.components import TopologyContext
 from ..api.config import fencing_token, state_redis_url, state_replication
+from ..reliability.checkpointing import CHECKPOINT_SPOUT
 from .checkpoint_spout import CheckpointSpout
 
 
@@ -17,6 +20,7 @@ class TaskStateProvider:
         self.component_tasks = component_tasks
         self._redis = None
         self._replication = None
+        self._provider = None
         self.token = fencing_token(conf)
 
     def replication(self):
@@ -34,17 +38,28 @@ class TaskStateProvider:
             self._redis = connect(state_redis_url(self.conf))
         return self._redis
 
-    def bolt_state(self, component: str, task: int):
-        """A stateful bolt task's state; its component's namespaces are registered (a restart
-        with another parallelism would not find its state: refused)."""
-        from state import InMemoryKeyValueState, RedisKeyValueState
-        from state.namespaces import register_namespaces
+    def provider(self):
+        """The configured StateProvider, one per worker; a Redis-based one shares the worker's
+        connection, replication rule and fencing token."""
+        if self._provider is None:
+            from state.providers import RedisStateProvider, load_provider
 
-        if self.conf["topology.state.provider"] != "redis":
-            return InMemoryKeyValueState()
-        client = self.redis()
-        register_namespaces(client, self.topology_id, component, self.component_tasks[component])
-        return RedisKeyValueState(client, self.topology_id, task, self.replication(), self.token)
+            provider = load_provider(self.conf)
+            if isinstance(provider, RedisStateProvider):
+                provider.bind(self.redis(), self.replication(), self.token)
+            self._provider = provider
+        return self._provider
+
+    def _context(self, component: str, task: int) -> TopologyContext:
+        tasks = self.component_tasks[component]
+        return TopologyContext(task, component, sorted(tasks).index(task), self.component_tasks, self.topology_id)
+
+    def bolt_state(self, component: str, task: int):
+        """A stateful bolt task's state, from the provider (the Redis one registers its
+        component's namespaces: a restart with another parallelism would not find its state)."""
+        from state.providers import namespace
+
+        return self.provider().new_state(namespace(self.topology_id, task), self.conf, self._context(component, task))
 
     def spout_position(self, task: int):
         """Exactly-once: where a spout task's committed snapshot lives, and the snapshot (or None)."""
@@ -55,9 +70,11 @@ class TaskStateProvider:
 
     def checkpoint_spout(self) -> CheckpointSpout:
         from state.checkpoint import COMMITTED, COMMITTING, INITIAL, load_checkpoint, save_checkpoint
+        from state.providers import CheckpointRecord, MemoryStateProvider, RedisStateProvider, namespace
 
         interval = float(self.conf["topology.state.checkpoint.interval.ms"])
-        if self.conf["topology.state.provider"] == "redis":
+        provider = self.provider()
+        if isinstance(provider, RedisStateProvider):
             client = self.redis()
             tid, rep, token = self.topology_id, self.replication(), self.token
             asset = self.conf.get("topology.airflow.asset")
@@ -73,5 +90,11 @@ class TaskStateProvider:
                 save_checkpoint(client, tid, cp, rep, token, asset if commit else None)
                 last[0] = cp
             return CheckpointSpout(load, save, interval)
-        box = [INITIAL]
-        return CheckpointSpout(lambda: box[0], lambda cp: box.__setitem__(0, cp), interval)
+        if isinstance(provider, MemoryStateProvider):
+            box = [INITIAL]
+            return CheckpointSpout(lambda: box[0], lambda cp: box.__setitem__(0, cp), interval)
+        # A custom provider keeps the record in a state of its own, as Storm's CheckpointSpout.
+        task = self.component_tasks[CHECKPOINT_SPOUT][0]
+        record = CheckpointRecord(provider.new_state(namespace(self.topology_id, task), self.conf,
+                                                     self._context(CHECKPOINT_SPOUT, task)))
+        return CheckpointSpout(record.load, record.save, interval)
