@@ -19,6 +19,8 @@ on one node; the topology's control records share ``{ID:ctl}``.
                                           (topology_runtime/control/control_plane.py)
     topology:{TX:ctl}:tx:NAME      the transactional coordinator's records, TX the transactional
                                    id (state/transactional.py)
+    drpc:{FUNCTION}:requests       stream a DRPC function's requests (topology_runtime/drpc)
+    drpc:{FUNCTION}:reply:RID      list   one request's reply, with a TTL
 
 Every multi-key MULTI/EXEC, WATCH or script touches one hash tag (docs/redis.md); the registry
 is written apart from the control records. ``same_slot`` names a user key's companion (a
@@ -104,3 +106,9 @@ def same_slot(key: str, suffix: str) -> str:
     """A companion key of ``key`` in ``key``'s hash slot: ``key + suffix`` when ``key`` has a
     hash tag, else ``{key}`` + suffix (an untagged key hashes whole, as its tag would)."""
     return key + suffix if hash_tag(key) is not None else f"{{{key}}}{suffix}"
+
+
+def drpc_key(function: str, name: str) -> str:
+    """A DRPC function's keys: ``drpc:{FUNCTION}:requests`` (stream) and
+    ``drpc:{FUNCTION}:reply:RID`` (list), one hash tag so a request and its reply share a slot."""
+    return f"drpc:{{{check_topology_id(function, 'DRPC function name')}}}:{name}"

@@ -17,7 +17,7 @@ PKG = ROOT / "topology_runtime"
 # (or its own). ``state`` is a separate top-level package below everything but the API.
 RANK = {
     "api": 0, "testing": 1, "transport": 2, "reliability": 3, "plan": 4, "worker": 5, "transactional": 5,
-    "supervisor": 6, "connectors": 6, "control": 7, "launchers": 8, "cli": 9,
+    "supervisor": 6, "connectors": 6, "control": 7, "drpc": 7, "launchers": 8, "cli": 9,
 }
 
 

@@ -1,0 +1,52 @@
+"""DRPCClient: call a DRPC function from any process that has the Redis URL."""
+
+from __future__ import annotations
+
+import secrets
+import time
+
+from state.connection import connect
+
+from .protocol import DRPCExecutionException, check_function, parse_reply, reply_key, requests_key
+
+MAX_REQUESTS = 100_000  # a function's request stream is capped (approximately) at this many entries
+
+
+class DRPCClient:
+    """``execute(function, args, timeout)`` -> the result string. Thread-safe (one connection
+    pool); a Redis outage raises redis-py's ConnectionError, everything else that stops a
+    request from being answered raises DRPCExecutionException, never later than ``timeout``."""
+
+    def __init__(self, redis_url: str, timeout: float = 30.0) -> None:
+        if timeout <= 0:
+            raise ValueError(f"timeout: must be > 0 seconds, got {timeout!r}")
+        self.timeout = float(timeout)
+        # No socket timeout: BLPOP is bounded by its own timeout, which Redis enforces.
+        self.redis = connect(redis_url, socket_connect_timeout=10)
+
+    def execute(self, function: str, args: str, timeout: float | None = None) -> str:
+        check_function(function)
+        if not isinstance(args, str):
+            raise TypeError(f"args: a string (as Storm's DRPC), got {type(args).__name__}")
+        timeout = self.timeout if timeout is None else float(timeout)
+        if timeout <= 0:
+            raise ValueError(f"timeout: must be > 0 seconds, got {timeout!r}")
+        rid = secrets.token_hex(16)
+        key = reply_key(function, rid)
+        deadline = time.time() + timeout
+        self.redis.xadd(requests_key(function), {"id": rid, "args": args, "deadline": repr(deadline)},
+                        maxlen=MAX_REQUESTS, approximate=True)
+        got = self.redis.blpop([key], timeout=max(0.01, deadline - time.time()))
+        if got is None:
+            raise DRPCExecutionException(f"DRPC request {function!r} timed out after {timeout:g} s "
+                                         "(is a topology serving this function running?)")
+        return parse_reply(got[1])
+
+    def close(self) -> None:
+        self.redis.close()
+
+    def __enter__(self) -> DRPCClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,247 @@
+"""Storm's CoordinatedBolt for any bolt whose tuples carry a request id in field 0 (seed 004).
+
+The wrapper counts, per request id, the tuples its delegate sent to each downstream task and,
+once this task is finished for the id, reports those counts on the direct ``$coord`` stream.
+Finished (``checkFinishId``): a first stage (no coordinated sources) when the request tuple was
+acked or failed; a middle stage when every upstream task reported and the received count
+matches; a last stage with an id stream when, in addition, the id tuple arrived. Then the
+delegate's ``finished_id(id)`` runs (its emits still count) before the counts go out.
+
+Delegates: a ``Bolt`` (acks its input itself), a ``BasicBolt`` (acked after ``execute``,
+emits anchored to the input) or a ``BatchBolt`` (one instance per id; ``finish_batch`` on
+finish). ``timeout_id(id)`` runs when an id stays unfinished past the message timeout; the id's
+held tuples fail, so the request's tuple tree fails. The counting itself is the pure
+``reliability.coordinated.CoordinatedTracker``.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from ..api.builder import InputDeclarer, TopologyBuilder
+from ..api.components import BasicBolt, Bolt, FailedException, Stream, Tuple, declared_streams
+from ..reliability.coordinated import CoordinatedTracker, Finish
+from ..transactional.batch import BatchBolt
+
+COORD_STREAM = "$coord"
+SINGLE, ALL = "single", "all"  # Storm's SourceArgs: one upstream task reports per id, or all of them
+TICK_SECS = 0.5  # how often a coordinated task looks for timed-out ids
+
+
+class CoordinatedBolt(Bolt):
+    """Wrap ``bolt`` (request id in field 0 of every tuple in and out).
+
+    ``sources``: coordinated upstream components -> ``"single"`` or ``"all"`` (None: filled in
+    by ``coordinate(builder)``); ``downstream``: the coordinated components this one reports to;
+    ``id_stream``: ``(component, stream)`` whose tuple (request id in field 0) must also arrive
+    before the id is finished (the last stage of a linear DRPC topology).
+    """
+
+    def __init__(self, bolt: Any, sources: Mapping[str, str] | None = None, downstream: list[str] | None = None,
+                 id_stream: tuple[str, str] | None = None) -> None:
+        if not hasattr(bolt, "execute"):
+            raise TypeError(f"CoordinatedBolt wraps a bolt, got {type(bolt).__name__}")
+        for comp, kind in (sources or {}).items():
+            if kind not in (SINGLE, ALL):
+                raise ValueError(f"CoordinatedBolt sources[{comp!r}]: 'single' or 'all', got {kind!r}")
+        self.delegate = bolt
+        self.sources = dict(sources) if sources is not None else None
+        self.downstream = list(downstream) if downstream is not None else None
+        self.id_stream = tuple(id_stream) if id_stream is not None else None
+        outputs = {name: s for name, s in declared_streams(bolt, type(bolt).__name__).items()}
+        outputs[COORD_STREAM] = Stream(["id", "count"], direct=True)
+        self.outputs = outputs
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def prepare(self, conf: dict, context: Any) -> None:
+        self.conf, self.context = conf, context
+        sources = self.sources or {}
+        n_reports = sum(1 if kind == SINGLE else len(context.component_tasks(c)) for c, kind in sources.items())
+        out_tasks = [t for c in (self.downstream or []) for t in context.component_tasks(c)]
+        self.tracker = CoordinatedTracker(n_reports, out_tasks, has_id_stream=self.id_stream is not None)
+        # Storm's TimeCacheMap expires after the message timeout: 3 buckets rotated every T/2.
+        self.rotate_secs = float(conf.get("topology.message.timeout.secs") or 30) / 2
+        self._next_rotate = time.monotonic() + self.rotate_secs
+        self.batch = isinstance(self.delegate, BatchBolt)
+        self.basic = isinstance(self.delegate, BasicBolt)
+        self.batches: dict[Any, Any] = {}
+        self._current: Tuple | None = None  # BasicBolt: emits are anchored to the input
+        self._finish_anchors: list | None = None  # finished_id's emits are anchored to what was held
+        self._raw_emit, self._raw_ack, self._raw_fail = self.emit, self.ack, self.fail
+        if not self.batch:
+            d = self.delegate
+            d.emit, d.emit_direct = self._counted_emit, self._counted_emit_direct
+            d.ack, d.fail = self._delegate_ack, self._delegate_fail
+            d.reset_timeout = self.reset_timeout
+            d.prepare(conf, context)
+
+    def cleanup(self) -> None:
+        if not self.batch:
+            self.delegate.cleanup()
+
+    # --- what the delegate calls -------------------------------------------------------------
+    def _anchors(self, anchors: Any) -> Any:
+        if anchors is not None:
+            return anchors
+        if self._finish_anchors is not None:
+            return self._finish_anchors
+        return self._current if self._current is not None else []
+
+    def _counted_emit(self, values: list, anchors: Any = None, stream: str = "default") -> list[int]:
+        targets = self._raw_emit(values, anchors=self._anchors(anchors), stream=stream)
+        self.tracker.emitted(values[0], targets)
+        return targets
+
+    def _counted_emit_direct(self, task: int, values: list, anchors: Any = None, stream: str = "default") -> list[int]:
+        targets = self.emit_direct(task, values, anchors=self._anchors(anchors), stream=stream)
+        self.tracker.emitted(values[0], targets)
+        return targets
+
+    def _delegate_ack(self, tup: Tuple) -> None:
+        # Storm's order: count, check (the counts go out anchored to ``tup``), then ack it.
+        failed = self._apply(self.tracker.regular_acked(tup.values[0]), tup)
+        (self._raw_fail if failed else self._raw_ack)(tup)
+
+    def _delegate_fail(self, tup: Tuple) -> None:
+        self._apply(self.tracker.regular_failed(tup.values[0]), tup)
+        self._raw_fail(tup)
+
+    # --- execution ---------------------------------------------------------------------------
+    def execute(self, tup: Tuple) -> None:
+        if tup.is_tick():
+            self._tick()
+            return
+        id_ = tup.values[0]
+        stream, comp = tup.info.stream, tup.info.component
+        if stream == COORD_STREAM and self.sources and comp in self.sources:
+            self._apply(self.tracker.coord(id_, int(tup.values[1]), tup), tup)
+        elif self.id_stream is not None and (comp, stream) == self.id_stream:
+            self._apply(self.tracker.id_tuple(id_, tup), tup)
+        elif self.batch:
+            b = self._batch(id_)
+            try:
+                b.execute(tup)
+            except FailedException:
+                self._delegate_fail(tup)
+                return
+            except Exception:
+                self._delegate_fail(tup)
+                raise
+            self._delegate_ack(tup)
+        elif self.basic:
+            self._current = tup
+            try:
+                self.delegate.execute(tup)
+            except FailedException:
+                self._delegate_fail(tup)
+                return
+            except Exception:
+                self._delegate_fail(tup)
+                raise
+            finally:
+                self._current = None
+            self._delegate_ack(tup)
+        else:
+            try:
+                self.delegate.execute(tup)
+            except Exception:
+                self._delegate_fail(tup)
+                raise
+
+    def _batch(self, id_: Any) -> Any:
+        b = self.batches.get(id_)
+        if b is None:
+            b = self.batches[id_] = copy.deepcopy(self.delegate)
+            b.emit = self._counted_emit
+            b.prepare(self.conf, self.context, id_)
+        return b
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        if now < self._next_rotate:
+            return
+        self._next_rotate = now + self.rotate_secs
+        for f in self.tracker.tick():  # unfinished ids past the timeout
+            self.batches.pop(f.id, None)
+            callback = getattr(self.delegate, "timeout_id", None)
+            if callback is not None and not self.batch:
+                callback(f.id)
+            for t in f.fail:
+                self._raw_fail(t)
+
+    def _apply(self, f: Finish, tup: Tuple) -> bool:
+        """Act on the tracker's answer; True when the id failed (``tup`` must fail too)."""
+        if f.finished:
+            held = [t for t in f.ack if t is not tup]
+            anchors = [tup, *held]
+            self._finish_anchors = anchors
+            try:
+                self._finished_id(f.id)
+            except FailedException:  # the request fails: no counts go out, what was held fails
+                self.tracker.done(f.id)
+                for t in f.ack:
+                    self._raw_fail(t)
+                return True
+            finally:
+                self._finish_anchors = None
+            for task, n in f.counts.items():  # read after finished_id: its emits count
+                self._raw_emit_direct(task, [f.id, n], anchors)
+            self.tracker.done(f.id)
+            for t in f.ack:
+                self._raw_ack(t)
+        else:
+            for t in f.ack:
+                self._raw_ack(t)
+        for t in f.fail:  # the id failed (a failed tuple or finished_id): what was held fails
+            self.batches.pop(f.id, None)
+            self._raw_fail(t)
+        return False
+
+    def _raw_emit_direct(self, task: int, values: list, anchors: list) -> None:
+        self.emit_direct(task, values, anchors=anchors, stream=COORD_STREAM)
+
+    def _finished_id(self, id_: Any) -> None:
+        if self.batch:
+            b = self.batches.pop(id_, None)
+            if b is None:  # this task got no tuple of the id: nothing to aggregate, as Storm
+                b = self._batch(id_)
+                self.batches.pop(id_, None)
+            b.finish_batch()
+            return
+        callback = getattr(self.delegate, "finished_id", None)
+        if callback is not None:
+            callback(id_)
+
+
+def is_finisher(bolt: Any) -> bool:
+    """Storm's FinishedCallback test: a BatchBolt or a bolt with ``finished_id``."""
+    return isinstance(bolt, BatchBolt) or callable(getattr(bolt, "finished_id", None))
+
+
+def coordinate(builder: TopologyBuilder, tick_secs: float = TICK_SECS) -> None:
+    """Wire the CoordinatedBolts of an ordinary topology before ``create_topology()``: each one's
+    coordinated sources (``single`` when that source has no coordinated sources itself, i.e. a
+    first stage fed one tuple per id, else ``all``) unless given, its downstream, the direct
+    subscriptions to its sources' ``$coord`` streams and the tick that drives its timeouts."""
+    specs = builder._components  # noqa: SLF001 - the same layer's builder, read before validation
+    coord = {cid: s for cid, s in specs.items() if isinstance(s.template, CoordinatedBolt)}
+
+    def data_sources(cid: str) -> list[str]:
+        cb = coord[cid].template
+        return sorted({g.source for g in coord[cid].inputs if g.source in coord and g.stream != COORD_STREAM
+                       and (g.source, g.stream) != cb.id_stream})
+
+    for cid, spec in coord.items():
+        cb = spec.template
+        if cb.sources is None:
+            cb.sources = {s: (SINGLE if not data_sources(s) else ALL) for s in data_sources(cid)}
+        if cb.downstream is None:
+            cb.downstream = [d for d in coord if cid in data_sources(d)]
+        have = {(g.source, g.stream) for g in spec.inputs}
+        for s in cb.sources:
+            if (s, COORD_STREAM) not in have:
+                InputDeclarer(spec).direct_grouping(s, stream=COORD_STREAM)
+        spec.conf.setdefault("topology.tick.tuple.freq.secs", tick_secs)
