@@ -5,9 +5,9 @@ Importable from the plugins folder (Airflow puts it on sys.path) and installed w
 
 from .assets import TopologyCommitTrigger, topology_asset
 from .hooks import TopologyHook
-from .operators import SubmitTopologyOperator, TopologyRecoveryOperator
+from .operators import DRPCOperator, SubmitTopologyOperator, TopologyRecoveryOperator
 from .sensors import TopologySensor
 from .triggers import TopologyTrigger
 
-__all__ = ["SubmitTopologyOperator", "TopologyCommitTrigger", "TopologyHook", "TopologyRecoveryOperator",
+__all__ = ["DRPCOperator", "SubmitTopologyOperator", "TopologyCommitTrigger", "TopologyHook", "TopologyRecoveryOperator",
            "TopologySensor", "TopologyTrigger", "topology_asset"]

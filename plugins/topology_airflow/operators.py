@@ -1,4 +1,4 @@
-"""Operators: submit a topology as a long-running PySpark job; recover a stopped topology's state."""
+"""Operators: submit a topology as a long-running PySpark job; recover a stopped topology's state; call a DRPC function."""
 
 from __future__ import annotations
 
@@ -231,3 +231,32 @@ class TopologyRecoveryOperator(BaseOperator):
         return {"decision": report.decision, "known": report.known, "checkpoint_before": report.checkpoint_before,
                 "checkpoint_after": report.checkpoint_after, "dry_run": report.dry_run,
                 "tasks": [t.__dict__ for t in report.tasks]}
+
+
+class DRPCOperator(BaseOperator):
+    """Call DRPC function ``function`` with ``args`` (a string) on the topology serving it and
+    return the result string (pushed to XCom). A failed or timed-out request fails the task
+    (``DRPCExecutionException``'s message in the log); Redis as for the other operators
+    (``redis_url``, else ``TOPOLOGY_REDIS_URL``, else the project-local Redis)."""
+
+    template_fields: Sequence[str] = ("function", "args", "timeout", "redis_url")
+    ui_color = "#e8f1fb"
+
+    def __init__(self, *, function: str, args: str, timeout: float = 30.0, redis_url: str | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.function = function
+        self.args = args
+        self.timeout = timeout
+        self.redis_url = redis_url
+
+    def execute(self, context: Any) -> str:
+        from topology_runtime.drpc import DRPCClient, DRPCExecutionException
+
+        with DRPCClient(TopologyHook(redis_url=self.redis_url).redis_url) as client:
+            try:
+                result = client.execute(self.function, str(self.args), timeout=float(self.timeout))
+            except DRPCExecutionException as e:
+                raise AirflowException(f"DRPC {self.function}({self.args!r:.200}): {e}") from e
+        self.log.info("DRPC %s(%r) = %r", self.function, str(self.args)[:200], result[:200])
+        return result

@@ -203,6 +203,33 @@ def cmd_redis(args: argparse.Namespace) -> int:
     return 0
 
 
+EXIT_DRPC_FAILED, EXIT_DRPC_TIMEOUT = 10, 11  # the request failed in the topology / got no answer in time
+
+
+def cmd_drpc(args: argparse.Namespace) -> int:
+    from ..drpc import DRPCClient, DRPCExecutionException, DRPCTimeoutException
+    from ..drpc.protocol import check_function
+
+    try:
+        check_function(args.function)
+    except ValueError as e:
+        print(f"topology: {e}", file=sys.stderr)
+        return EXIT_INVALID
+    if args.timeout <= 0:
+        print(f"topology: --timeout: must be > 0 seconds, got {args.timeout}", file=sys.stderr)
+        return EXIT_INVALID
+    with DRPCClient(_redis(args)) as client:
+        try:
+            print(client.execute(args.function, args.args, timeout=args.timeout), flush=True)
+        except DRPCTimeoutException as e:
+            print(f"topology: {e}", file=sys.stderr)
+            return EXIT_DRPC_TIMEOUT
+        except DRPCExecutionException as e:
+            print(f"topology: {e}", file=sys.stderr)
+            return EXIT_DRPC_FAILED
+    return 0
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # a usage error is invalid input (4), never 2 (which means killed)
         self.print_usage(sys.stderr)
@@ -272,6 +299,13 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("id")
     rs.add_argument("--redis")
     rs.set_defaults(func=cmd_reset)
+
+    dr = sub.add_parser("drpc", help="call a DRPC function served by a running topology; prints the result")
+    dr.add_argument("function")
+    dr.add_argument("args", help="the request's argument string")
+    dr.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer (exit 11 after)")
+    dr.add_argument("--redis")
+    dr.set_defaults(func=cmd_drpc)
 
     rd = sub.add_parser("redis", help="the project-local Redis server")
     rd.add_argument("action", choices=["url", "stop"])

@@ -8,11 +8,11 @@ upstream sent it; ``LinearDRPCTopologyBuilder`` builds a DRPC function from stag
 from .builder import LinearDRPCInputDeclarer, LinearDRPCTopologyBuilder
 from .client import DRPCClient
 from .coordinated import COORD_STREAM, CoordinatedBolt, coordinate
-from .protocol import DRPCExecutionException
+from .protocol import DRPCExecutionException, DRPCTimeoutException
 from .results import JoinResult, PrepareRequest, ReturnResults
 from .spout import DRPCSpout
 
 __all__ = [
-    "COORD_STREAM", "CoordinatedBolt", "DRPCClient", "DRPCExecutionException", "DRPCSpout", "JoinResult",
+    "COORD_STREAM", "CoordinatedBolt", "DRPCClient", "DRPCExecutionException", "DRPCSpout", "DRPCTimeoutException", "JoinResult",
     "LinearDRPCInputDeclarer", "LinearDRPCTopologyBuilder", "PrepareRequest", "ReturnResults", "coordinate",
 ]

@@ -7,7 +7,7 @@ import time
 
 from state.connection import connect
 
-from .protocol import DRPCExecutionException, check_function, parse_reply, reply_key, requests_key
+from .protocol import DRPCTimeoutException, check_function, parse_reply, reply_key, requests_key
 
 MAX_REQUESTS = 100_000  # a function's request stream is capped (approximately) at this many entries
 
@@ -38,7 +38,7 @@ class DRPCClient:
                         maxlen=MAX_REQUESTS, approximate=True)
         got = self.redis.blpop([key], timeout=max(0.01, deadline - time.time()))
         if got is None:
-            raise DRPCExecutionException(f"DRPC request {function!r} timed out after {timeout:g} s "
+            raise DRPCTimeoutException(f"DRPC request {function!r} timed out after {timeout:g} s "
                                          "(is a topology serving this function running?)")
         return parse_reply(got[1])
 

@@ -23,6 +23,10 @@ class DRPCExecutionException(Exception):
     """The request failed in the topology, timed out, or could not be answered."""
 
 
+class DRPCTimeoutException(DRPCExecutionException):
+    """No answer within the client's timeout (the request may still run; its reply expires)."""
+
+
 def check_function(function: object) -> str:
     """``function`` if it is a valid DRPC function name (the topology id rules), else ValueError
     naming the field."""
