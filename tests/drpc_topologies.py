@@ -74,3 +74,16 @@ def probe_topology():
     b.add_bolt(Middle(), 4).shuffle_grouping()
     b.add_bolt(Sum(), 2).fields_grouping(["id"])
     return b.create_topology()
+
+
+class Record(Bolt):
+    """Appends ``ID=VALUE`` of each input to the list ``conf['test.key']``."""
+
+    outputs: list = []
+
+    def prepare(self, conf, context):
+        self.redis, self.key = redis.Redis.from_url(conf["redis.url"]), conf["test.key"]
+
+    def execute(self, tup):
+        self.redis.rpush(self.key, f"{tup.values[0]}={tup.values[1]}")
+        self.ack(tup)

@@ -157,3 +157,34 @@ def test_drpc_operator_returns_the_result_for_xcom(drpc):
     assert op.execute({}) == str(reach.expected_reach("engineering.twitter.com/blog/5"))
     with pytest.raises(AirflowException, match="failed in the topology"):
         DRPCOperator(task_id="f", function="probe", args="fail:1", redis_url=url, timeout=10).execute({})
+
+
+def test_coordinated_bolts_in_an_ordinary_topology(drpc):
+    """CoordinatedBolt outside DRPC (item 2): requests from a spout, 3 coordinated stages wired by
+    coordinate(builder), no id stream, so every task of the last stage finishes each id and its
+    BatchBolt emits its part: per id, one part per last-stage task, summing to the tuples sent."""
+    from drpc_topologies import Record
+    from test_drpc_unit import CountBatch, CreateTuples, PassOn
+
+    from topology_runtime import TopologyBuilder
+    from topology_runtime.drpc import CoordinatedBolt, coordinate
+    from topology_runtime.testing import FixedTupleSpout
+
+    url, _, _ = drpc
+    b = TopologyBuilder()
+    b.set_spout("requests", FixedTupleSpout([[f"r{i}", str(i)] for i in range(20)], fields=["id", "n"]))
+    b.set_bolt("first", CoordinatedBolt(CreateTuples()), 2).fields_grouping("requests", ["id"])
+    b.set_bolt("middle", CoordinatedBolt(PassOn()), 3).shuffle_grouping("first")
+    b.set_bolt("last", CoordinatedBolt(CountBatch()), 2).fields_grouping("middle", ["id"])
+    b.set_bolt("out", Record()).shuffle_grouping("last")
+    coordinate(b)
+    with LocalCluster(workers=2) as cluster:
+        status = cluster.run("coordinated-plain", b.create_topology(),
+                             {"redis.url": url, "test.key": "coordinated:out", "topology.message.timeout.secs": 5},
+                             timeout=30)
+    assert status.state == "completed" and status.components["requests"].acked == 20
+    parts: dict[str, list[int]] = {}
+    for item in redis.Redis.from_url(url, decode_responses=True).lrange("coordinated:out", 0, -1):
+        rid, n = item.split("=")
+        parts.setdefault(rid, []).append(int(n))
+    assert {rid: (len(p), sum(p)) for rid, p in parts.items()} == {f"r{i}": (2, i) for i in range(20)}
