@@ -17,6 +17,7 @@ held tuples fail, so the request's tuple tree fails. The counting itself is the 
 from __future__ import annotations
 
 import copy
+import logging
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -25,6 +26,8 @@ from ..api.builder import InputDeclarer, TopologyBuilder
 from ..api.components import BasicBolt, Bolt, FailedException, Stream, Tuple, declared_streams
 from ..reliability.coordinated import CoordinatedTracker, Finish
 from ..transactional.batch import BatchBolt
+
+log = logging.getLogger(__name__)
 
 COORD_STREAM = "$coord"
 SINGLE, ALL = "single", "all"  # Storm's SourceArgs: one upstream task reports per id, or all of them
@@ -106,8 +109,12 @@ class CoordinatedBolt(Bolt):
         (self._raw_fail if failed else self._raw_ack)(tup)
 
     def _delegate_fail(self, tup: Tuple) -> None:
-        self._apply(self.tracker.regular_failed(tup.values[0]), tup)
+        self._tracked_fail(tup)
         self._raw_fail(tup)
+
+    def _tracked_fail(self, tup: Tuple) -> None:
+        """The id fails here (what was held fails); ``tup`` itself is failed by the caller."""
+        self._apply(self.tracker.regular_failed(tup.values[0]), tup)
 
     # --- execution ---------------------------------------------------------------------------
     def execute(self, tup: Tuple) -> None:
@@ -128,8 +135,8 @@ class CoordinatedBolt(Bolt):
                 self._delegate_fail(tup)
                 return
             except Exception:
-                self._delegate_fail(tup)
-                raise
+                self._tracked_fail(tup)
+                raise  # the executor reports it and fails ``tup``
             self._delegate_ack(tup)
         elif self.basic:
             self._current = tup
@@ -139,7 +146,7 @@ class CoordinatedBolt(Bolt):
                 self._delegate_fail(tup)
                 return
             except Exception:
-                self._delegate_fail(tup)
+                self._tracked_fail(tup)
                 raise
             finally:
                 self._current = None
@@ -148,7 +155,7 @@ class CoordinatedBolt(Bolt):
             try:
                 self.delegate.execute(tup)
             except Exception:
-                self._delegate_fail(tup)
+                self._tracked_fail(tup)
                 raise
 
     def _batch(self, id_: Any) -> Any:
@@ -180,7 +187,9 @@ class CoordinatedBolt(Bolt):
             self._finish_anchors = anchors
             try:
                 self._finished_id(f.id)
-            except FailedException:  # the request fails: no counts go out, what was held fails
+            except Exception as e:  # the request fails: no counts go out, what was held fails
+                if not isinstance(e, FailedException):
+                    log.exception("%s: finished_id(%r) raised; the id fails", self.context.component_id, f.id)
                 self.tracker.done(f.id)
                 for t in f.ack:
                     self._raw_fail(t)
