@@ -101,7 +101,8 @@ def test_timeouts(drpc):
     assert wait_for(lambda: r.keys("drpc:{probe}:reply:*"), TIMEOUT_SECS * 2 + 3)  # the late error reply...
     assert all(0 < r.ttl(k) <= 120 for k in r.keys("drpc:{probe}:reply:*"))  # ...expires
     assert client.execute("probe", "ok:5", timeout=10) == _probe_answer(5)  # the function still serves
-    assert r.xlen("drpc:{probe}:requests") == 0  # answered and failed requests are deleted
+    # answered and failed requests are deleted (once the tree's ack reached the spout)
+    assert wait_for(lambda: r.xlen("drpc:{probe}:requests") == 0, 5)
 
 
 def test_sigkilled_worker_mid_request(drpc):
