@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import os
 
-import redis
-
+from state.connection import connect
 from topology_runtime import BasicBolt, Bolt
 from topology_runtime.drpc import LinearDRPCTopologyBuilder
 from topology_runtime.transactional import BatchBolt
@@ -34,7 +33,7 @@ class Middle(Bolt):
     outputs = ["id", "n"]
 
     def prepare(self, conf, context):
-        self.redis = redis.Redis.from_url(conf["redis.url"])
+        self.redis = connect(conf["redis.url"])
         self.held = []
 
     def execute(self, tup):
@@ -82,7 +81,7 @@ class Record(Bolt):
     outputs: list = []
 
     def prepare(self, conf, context):
-        self.redis, self.key = redis.Redis.from_url(conf["redis.url"]), conf["test.key"]
+        self.redis, self.key = connect(conf["redis.url"]), conf["test.key"]
 
     def execute(self, tup):
         self.redis.rpush(self.key, f"{tup.values[0]}={tup.values[1]}")

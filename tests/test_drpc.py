@@ -189,3 +189,21 @@ def test_coordinated_bolts_in_an_ordinary_topology(drpc):
         rid, n = item.split("=")
         parts.setdefault(rid, []).append(int(n))
     assert {rid: (len(p), sum(p)) for rid, p in parts.items()} == {f"r{i}": (2, i) for i in range(20)}
+
+
+def test_on_redis_cluster(cluster_url):
+    """Requests and replies through a 3-master Redis Cluster (a function's keys share one slot):
+    the reach answers, and a client timeout longer than the client's BLPOP slices still ends
+    as DRPCTimeoutException, not a socket timeout."""
+    reach.load_graph(cluster_url)
+    with LocalCluster(workers=1) as cluster, DRPCClient(cluster_url) as client:
+        run = cluster.submit("drpc-reach-cluster", reach.topology((1, 1, 1, 1)),
+                             {"redis.url": cluster_url, "topology.message.timeout.secs": TIMEOUT_SECS})
+        try:
+            assert client.execute("reach", "foo.com/blog/1", timeout=20) == str(reach.expected_reach("foo.com/blog/1"))
+            t0 = time.monotonic()
+            with pytest.raises(DRPCTimeoutException):
+                client.execute("nobody-serves-this", "x", timeout=1.5)
+            assert 1.5 <= time.monotonic() - t0 < 2.5
+        finally:
+            run.kill(timeout=10)

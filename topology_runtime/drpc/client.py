@@ -9,6 +9,7 @@ from state.connection import connect
 
 from .protocol import DRPCTimeoutException, check_function, parse_reply, reply_key, requests_key
 
+_SLICE_SECS = 1.0
 MAX_REQUESTS = 100_000  # a function's request stream is capped (approximately) at this many entries
 
 
@@ -21,8 +22,7 @@ class DRPCClient:
         if timeout <= 0:
             raise ValueError(f"timeout: must be > 0 seconds, got {timeout!r}")
         self.timeout = float(timeout)
-        # No socket timeout: BLPOP is bounded by its own timeout, which Redis enforces.
-        self.redis = connect(redis_url, socket_connect_timeout=10)
+        self.redis = connect(redis_url, socket_connect_timeout=10, socket_timeout=30)
 
     def execute(self, function: str, args: str, timeout: float | None = None) -> str:
         check_function(function)
@@ -36,7 +36,13 @@ class DRPCClient:
         deadline = time.time() + timeout
         self.redis.xadd(requests_key(function), {"id": rid, "args": args, "deadline": repr(deadline)},
                         maxlen=MAX_REQUESTS, approximate=True)
-        got = self.redis.blpop([key], timeout=max(0.01, deadline - time.time()))
+        got = None
+        while got is None:
+            left = deadline - time.time()
+            if left <= 0:
+                break
+            # In slices: a client's socket timeout (Cluster clients have one) must not cut a BLPOP.
+            got = self.redis.blpop([key], timeout=max(0.01, min(left, _SLICE_SECS)))
         if got is None:
             raise DRPCTimeoutException(f"DRPC request {function!r} timed out after {timeout:g} s "
                                          "(is a topology serving this function running?)")
