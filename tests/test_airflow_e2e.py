@@ -202,7 +202,7 @@ def test_a_retry_after_the_task_process_is_sigkilled_reattaches_to_the_same_run(
     live = airflow_live
     cp = ControlPlane(redis_url)
     dag_id = "wordcount_topology"
-    run_id = live.trigger(dag_id, {"sentences": 1000000})  # long enough to outlast the retry's delay
+    run_id = live.trigger(dag_id, {"sentences": 600000})  # ~25 s: outlasts the retry (~7 s after the kill)
     assert wait_for(lambda: _driver_live(cp, "wordcount"), 240), live.describe_run(dag_id, run_id)
     token = cp.get("wordcount").info["token"]
     def cmd(p: psutil.Process) -> str:

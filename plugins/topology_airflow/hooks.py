@@ -219,7 +219,10 @@ class TopologyHook(BaseHook):
         try:
             # Its own session: Airflow's SIGTERM to the task's process group (mark-failed, clear)
             # must not kill the driver before on_kill has stopped the topology and recorded it.
-            self._spark.submit(application=str(DRIVER_SCRIPT), start_new_session=True)
+            # No stdin: the task's fd 0 is its channel to Airflow's supervisor, and a driver left
+            # holding it (the task process SIGKILLed) kept the supervisor from reporting the death
+            # until the run ended, so the retry came too late to re-attach.
+            self._spark.submit(application=str(DRIVER_SCRIPT), start_new_session=True, stdin=subprocess.DEVNULL)
         except AirflowException as e:
             m = _EXIT_CODE.search(str(e))
             code = int(m.group(1)) if m else None
