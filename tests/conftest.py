@@ -106,3 +106,14 @@ def cluster_factory(make_cluster):
     """``make(workers)`` -> a cluster of the launcher under test (LocalCluster for every test; Spark
     too for tests marked ``spark_subset``); every cluster made is shut down after the test."""
     return make_cluster
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The session's Airflow home (DB, task logs) goes when the session passed; after a failure
+    it stays for reading, and its path is printed."""
+    import shutil
+
+    if exitstatus == 0:
+        shutil.rmtree(_AIRFLOW_HOME, ignore_errors=True)
+    else:
+        print(f"\nAirflow home of this session (DB, task logs) kept for reading: {_AIRFLOW_HOME}")
