@@ -78,7 +78,7 @@ class CoordinatedBolt(Bolt):
             d = self.delegate
             d.emit, d.emit_direct = self._counted_emit, self._counted_emit_direct
             d.ack, d.fail = self._delegate_ack, self._delegate_fail
-            d.reset_timeout = self.reset_timeout
+            d.reset_timeout, d.run_off_loop = self.reset_timeout, self.run_off_loop
             d.prepare(conf, context)
 
     def cleanup(self) -> None:
