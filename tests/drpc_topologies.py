@@ -86,3 +86,35 @@ class Record(Bolt):
     def execute(self, tup):
         self.redis.rpush(self.key, f"{tup.values[0]}={tup.values[1]}")
         self.ack(tup)
+
+
+# --- delegates of the CoordinatedBolt tests (tests/test_drpc_unit.py, an ordinary topology) --------
+class CreateTuples(BasicBolt):
+    """First stage: the request's args say how many tuples to emit (DRPCIntegrationTest)."""
+
+    outputs = ["id", "n"]
+
+    def execute(self, tup):
+        for i in range(int(tup.values[1])):
+            self.emit([tup.values[0], i])
+
+
+class PassOn(Bolt):
+    outputs = ["id", "n"]
+
+    def execute(self, tup):
+        self.emit(list(tup.values), anchors=tup)
+        self.ack(tup)
+
+
+class CountBatch(BatchBolt):
+    outputs = ["id", "count"]
+
+    def prepare(self, conf, context, batch_id):
+        self.id, self.n = batch_id, 0
+
+    def execute(self, tup):
+        self.n += 1
+
+    def finish_batch(self):
+        self.emit([self.id, self.n])

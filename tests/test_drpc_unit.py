@@ -8,12 +8,12 @@ import random
 import zlib
 
 import pytest
+from drpc_topologies import CountBatch, CreateTuples, PassOn
 
 from topology_runtime import BasicBolt, Bolt, FailedException, TopologyBuilder
 from topology_runtime.api.components import TICK_INFO, StreamInfo, TopologyContext, Tuple, declared_streams
 from topology_runtime.drpc import COORD_STREAM, CoordinatedBolt, LinearDRPCTopologyBuilder, coordinate
 from topology_runtime.drpc.coordinated import ALL, SINGLE
-from topology_runtime.transactional import BatchBolt
 
 REQ = "req"  # the component the request and id tuples come from
 
@@ -91,37 +91,6 @@ class Sim:
 
 
 # --- delegates --------------------------------------------------------------------------------------
-class CreateTuples(BasicBolt):
-    """First stage: the request's args say how many tuples to emit (DRPCIntegrationTest)."""
-
-    outputs = ["id", "n"]
-
-    def execute(self, tup):
-        for i in range(int(tup.values[1])):
-            self.emit([tup.values[0], i])
-
-
-class PassOn(Bolt):
-    outputs = ["id", "n"]
-
-    def execute(self, tup):
-        self.emit(list(tup.values), anchors=tup)
-        self.ack(tup)
-
-
-class CountBatch(BatchBolt):
-    outputs = ["id", "count"]
-
-    def prepare(self, conf, context, batch_id):
-        self.id, self.n = batch_id, 0
-
-    def execute(self, tup):
-        self.n += 1
-
-    def finish_batch(self):
-        self.emit([self.id, self.n])
-
-
 class Finisher(Bolt):
     """finished_id / timeout_id callbacks (FinishedCallback, TimeoutCallback)."""
 
