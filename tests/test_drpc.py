@@ -95,7 +95,7 @@ def test_timeouts(drpc):
     t0 = time.monotonic()
     with pytest.raises(DRPCTimeoutException, match="timed out after 1 s"):
         client.execute("probe", f"hold:4:{uuid.uuid4().hex}:*", timeout=1)
-    assert 1 <= time.monotonic() - t0 < 2
+    assert 1 <= time.monotonic() - t0 < 3  # its own timeout, not the topology's
     with pytest.raises(DRPCTimeoutException):
         client.execute("nobody-serves-this", "x", timeout=0.2)
     assert wait_for(lambda: r.keys("drpc:{probe}:reply:*"), TIMEOUT_SECS * 2 + 3)  # the late error reply...
@@ -203,6 +203,6 @@ def test_on_redis_cluster(cluster_url):
             t0 = time.monotonic()
             with pytest.raises(DRPCTimeoutException):
                 client.execute("nobody-serves-this", "x", timeout=1.5)
-            assert 1.5 <= time.monotonic() - t0 < 2.5
+            assert 1.5 <= time.monotonic() - t0 < 3.5
         finally:
             run.kill(timeout=10)
