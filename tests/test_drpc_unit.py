@@ -259,6 +259,10 @@ def test_linear_builder_wiring_and_bad_names():
     last = topo.components["bolt2"]
     assert last.template.id_stream == ("prepare-request", "id")  # a BatchBolt finisher gets the id stream
     assert last.template.sources == {"bolt1": ALL} and topo.components["bolt1"].template.sources == {"bolt0": SINGLE}
+    one = LinearDRPCTopologyBuilder("one")
+    one.add_bolt(CountBatch(), 3)  # a lone finisher stage: request and id tuple to the same task
+    kinds = {(g.stream, g.kind) for g in one.create_topology().components["bolt0"].inputs}
+    assert kinds == {("args", "fields"), ("id", "fields")}
     with pytest.raises(ValueError, match="function: invalid DRPC function name 'a b'"):
         LinearDRPCTopologyBuilder("a b")
     with pytest.raises(ValueError, match="DRPC function name"):

@@ -82,7 +82,9 @@ class LinearDRPCTopologyBuilder:
                 downstream=[f"bolt{i + 1}"] if i < n - 1 else [],
                 id_stream=("prepare-request", ID_STREAM) if finisher_last else None)
             d = b.set_bolt(cid, wrapper, par)
-            if i == 0:
+            if i == 0 and finisher_last:  # one stage: the request and its id tuple must meet in one task
+                d.fields_grouping("prepare-request", ["request"], stream=ARGS_STREAM)
+            elif i == 0:
                 d.shuffle_grouping("prepare-request", stream=ARGS_STREAM)
             else:
                 groupings = decl.groupings or [("fields_grouping", ([_first_field(self._stages[i - 1][0])],),
