@@ -11,6 +11,7 @@ machinery of RedisStreamSpout) and re-run if their client still waits.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Any
 
@@ -73,7 +74,7 @@ class DRPCSpout(RedisStreamSpout):
             rid, args, deadline = v
             try:
                 dl = float(deadline)
-                ok = REQUEST_ID.fullmatch(rid) is not None
+                ok = REQUEST_ID.fullmatch(rid) is not None and math.isfinite(dl)
             except ValueError:
                 ok = False
             if not ok:
