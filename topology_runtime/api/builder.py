@@ -183,6 +183,12 @@ class TopologyBuilder:
                     errors.append(f"{where}: stream {g.stream!r} is not declared direct (use Stream(..., direct=True))")
                 if stream.direct and g.kind != DIRECT:
                     errors.append(f"{where}: stream {g.stream!r} is direct; subscribe with direct_grouping")
+        for spec in comps.values():
+            # A bolt that needs its own declaration (a windowed bolt: its inputs, the tick rate it
+            # needs, the message timeout it must fit in) gets it through this duck-typed hook.
+            configure = getattr(spec.template, "configure_component", None)
+            if not spec.is_spout and callable(configure):
+                errors.extend(configure(spec.id, [(g.source, g.stream) for g in spec.inputs], spec.conf))
         if errors:
             raise TopologyError("invalid topology:\n  " + "\n  ".join(errors))
         return Topology(dict(comps))

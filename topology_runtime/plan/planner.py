@@ -90,6 +90,13 @@ def build_plan(topology: Topology, conf: dict[str, Any], workers: int | None = N
             raise TopologyError(
                 f"topology.state.exactly.once: spout(s) {bad} are not ReplayableSpout; exactly-once needs "
                 "spouts that can snapshot and rewind their position (e.g. RedisStreamReplaySpout)")
+    for spec in topology.bolts:
+        # Checks that need the topology's conf (a windowed bolt's message timeout, Storm's validate()).
+        check = getattr(spec.template, "check_topology_conf", None)
+        if callable(check):
+            errors = check(spec.id, {**conf, **spec.conf})
+            if errors:
+                raise TopologyError("invalid topology:\n  " + "\n  ".join(errors))
     stateful = exactly_once or any(isinstance(c.template, StatefulBolt) for c in topology.components.values())
     if stateful:
         interval = float(conf.get("topology.state.checkpoint.interval.ms", 1000))

@@ -43,6 +43,7 @@ class BoltExecutor(BaseExecutor):
         instance.fail = self.fail
         instance.reset_timeout = self.reset_timeout
         instance.run_off_loop = self.run_off_loop
+        instance.report_error = self.report_error  # for errors caught by the bolt itself (window evaluations)
 
     # --- collector -------------------------------------------------------------------------
     def emit(self, values, anchors=None, stream: str = DEFAULT_STREAM) -> list[int]:
