@@ -24,14 +24,15 @@ from .api.components import (
     Tuple,
 )
 from .api.config import Config, ConfigError
+from .api.groupings import CustomStreamGrouping
 from .api.status import ComponentStats, RunStatus
 
 _LAZY = {"LocalCluster": "launchers.local", "TopologyFailed": "launchers.local", "SparkCluster": "launchers.spark"}
 
 __all__ = [
-    "BasicBolt", "Bolt", "ComponentStats", "Config", "ConfigError", "FailedException", "LocalCluster",
-    "ReplayableSpout", "RunStatus", "SparkCluster", "Spout", "StatefulBolt", "Stream", "Topology", "TopologyBuilder",
-    "TopologyContext", "TopologyError", "TopologyFailed", "Tuple",
+    "BasicBolt", "Bolt", "ComponentStats", "Config", "ConfigError", "CustomStreamGrouping", "FailedException",
+    "LocalCluster", "ReplayableSpout", "RunStatus", "SparkCluster", "Spout", "StatefulBolt", "Stream", "Topology",
+    "TopologyBuilder", "TopologyContext", "TopologyError", "TopologyFailed", "Tuple",
 ]
 
 

@@ -15,11 +15,14 @@ from .components import (
     Stream,
     declared_streams,
 )
+from .groupings import CustomStreamGrouping
 
 SHUFFLE, FIELDS, GLOBAL, ALL, DIRECT, LOCAL_OR_SHUFFLE, NONE = (
     "shuffle", "fields", "global", "all", "direct", "local_or_shuffle", "none",
 )
-GROUPINGS = (SHUFFLE, FIELDS, GLOBAL, ALL, DIRECT, LOCAL_OR_SHUFFLE, NONE)
+PARTIAL_KEY, CUSTOM = "partial_key", "custom"
+GROUPINGS = (SHUFFLE, FIELDS, GLOBAL, ALL, DIRECT, LOCAL_OR_SHUFFLE, NONE, PARTIAL_KEY, CUSTOM)
+KEYED = (FIELDS, PARTIAL_KEY)  # groupings on named fields of the stream
 RESERVED_PREFIXES = ("__", "$")
 
 
@@ -29,10 +32,15 @@ class TopologyError(ValueError):
 
 @dataclass(frozen=True)
 class Grouping:
+    """One subscription as declared: what ``TopologyContext.get_sources``/``get_targets`` return.
+
+    ``custom``: a custom grouping's template (each emitting task runs its own copy)."""
+
     source: str
     stream: str
     kind: str
     fields: tuple[str, ...] = ()
+    custom: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -71,12 +79,12 @@ class InputDeclarer:
     def __init__(self, spec: ComponentSpec) -> None:
         self._spec = spec
 
-    def _add(self, kind: str, component: str, stream: str, fields: Sequence[str] = ()) -> InputDeclarer:
+    def _add(self, kind: str, component: str, stream: str, fields: Sequence[str] = (), custom: Any = None) -> InputDeclarer:
         if not isinstance(component, str):
             raise TopologyError(f"bolt {self._spec.id!r}: {kind} grouping needs a component id, got {component!r}")
         if isinstance(fields, str):
             fields = [fields]
-        self._spec.inputs.append(Grouping(component, stream, kind, tuple(fields)))
+        self._spec.inputs.append(Grouping(component, stream, kind, tuple(fields), custom))
         return self
 
     def shuffle_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> InputDeclarer:
@@ -99,6 +107,16 @@ class InputDeclarer:
 
     def none_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> InputDeclarer:
         return self._add(NONE, component, stream)
+
+    def partial_key_grouping(self, component: str, fields: Sequence[str], stream: str = DEFAULT_STREAM) -> InputDeclarer:
+        """Storm's PartialKeyGrouping: each key has two candidate tasks; each emitting task sends
+        to whichever of the two it has sent fewer tuples so far (a key may reach both)."""
+        return self._add(PARTIAL_KEY, component, stream, fields)
+
+    def custom_grouping(self, component: str, grouping: CustomStreamGrouping,
+                        stream: str = DEFAULT_STREAM) -> InputDeclarer:
+        """``grouping``: a ``CustomStreamGrouping`` instance, a template copied per emitting task."""
+        return self._add(CUSTOM, component, stream, custom=grouping)
 
     def add_configuration(self, key: str, value: Any) -> InputDeclarer:
         """Per-component config (e.g. ``topology.tick.tuple.freq.secs``), as Storm's declarer."""
@@ -173,12 +191,17 @@ class TopologyBuilder:
                         f"(it declares {sorted(src.streams) or 'none'})"
                     )
                     continue
-                if g.kind == FIELDS:
+                if g.kind in KEYED:
                     if not g.fields:
-                        errors.append(f"{where}: fields grouping needs at least one field")
+                        errors.append(f"{where}: {g.kind} grouping needs at least one field")
                     for f in g.fields:
                         if f not in stream.fields:
                             errors.append(f"{where}: field {f!r} is not declared (fields: {stream.fields})")
+                if g.kind == CUSTOM and not isinstance(g.custom, CustomStreamGrouping):
+                    what = g.custom.__name__ if isinstance(g.custom, type) else type(g.custom).__name__
+                    hint = " (pass an instance, not the class)" if isinstance(g.custom, type) \
+                        and issubclass(g.custom, CustomStreamGrouping) else ""
+                    errors.append(f"{where}: {what} is not a CustomStreamGrouping{hint}")
                 if g.kind == DIRECT and not stream.direct:
                     errors.append(f"{where}: stream {g.stream!r} is not declared direct (use Stream(..., direct=True))")
                 if stream.direct and g.kind != DIRECT:

@@ -136,7 +136,11 @@ class Tuple:
 
 
 class TopologyContext:
-    """What ``open``/``prepare`` receive: who this task is and who its peers are."""
+    """What ``open``/``prepare`` receive: who this task is and who its peers are, and (as
+    Storm's GeneralTopologyContext) how the user's components are wired: sources, targets and
+    output fields per stream. System components (``__acker``, ``$checkpointspout``) and their
+    streams are not part of that picture. Groupings are ``builder.Grouping`` descriptions
+    (frozen: ``source``, ``stream``, ``kind``, ``fields``)."""
 
     def __init__(
         self,
@@ -146,13 +150,16 @@ class TopologyContext:
         component_task_map: Mapping[str, Sequence[int]],
         topology_id: str = "",
         worker_index: int = 0,
+        topology: Any = None,
     ) -> None:
+        """``topology``: the validated ``Topology``; without it only the task methods answer."""
         self.task_id = task_id
         self.component_id = component_id
         self.task_index = task_index
         self.topology_id = topology_id
         self.worker_index = worker_index
         self._tasks = {k: sorted(v) for k, v in component_task_map.items()}
+        self._topology = topology
 
     def component_tasks(self, component: str) -> list[int]:
         try:
@@ -163,6 +170,54 @@ class TopologyContext:
     @property
     def parallelism(self) -> int:
         return len(self._tasks[self.component_id])
+
+    # --- the topology's wiring (Storm's getSources, getTargets, getComponentOutputFields) ----
+    def _spec(self, component: str) -> Any:
+        if self._topology is None:
+            raise RuntimeError("this TopologyContext was built without the topology (only the runtime's "
+                               "contexts answer questions about sources, targets and streams)")
+        try:
+            return self._topology.components[component]
+        except KeyError:
+            raise KeyError(f"no component {component!r} in this topology") from None
+
+    def get_component_streams(self, component: str) -> set[str]:
+        """The streams ``component`` declares."""
+        return set(self._spec(component).streams)
+
+    def get_this_streams(self) -> set[str]:
+        return self.get_component_streams(self.component_id)
+
+    def get_component_output_fields(self, component: str, stream: str = DEFAULT_STREAM) -> list[str]:
+        decl = self._spec(component).streams.get(stream)
+        if decl is None:
+            raise KeyError(f"component {component!r} declares no stream {stream!r} "
+                           f"(it declares {sorted(self._spec(component).streams) or 'none'})")
+        return list(decl.fields)
+
+    def get_this_output_fields(self, stream: str = DEFAULT_STREAM) -> list[str]:
+        return self.get_component_output_fields(self.component_id, stream)
+
+    def get_sources(self, component: str) -> dict[tuple[str, str], Any]:
+        """What ``component`` subscribes to: {(source component, stream): grouping}."""
+        return {(g.source, g.stream): g for g in self._spec(component).inputs}
+
+    def get_this_sources(self) -> dict[tuple[str, str], Any]:
+        return self.get_sources(self.component_id)
+
+    def get_targets(self, component: str) -> dict[str, dict[str, Any]]:
+        """Who subscribes to ``component``: {stream: {subscribing component: grouping}}; a stream
+        nobody subscribes to is absent (as Storm)."""
+        self._spec(component)
+        out: dict[str, dict[str, Any]] = {}
+        for other in self._topology.components.values():
+            for g in other.inputs:
+                if g.source == component:
+                    out.setdefault(g.stream, {})[other.id] = g
+        return out
+
+    def get_this_targets(self) -> dict[str, dict[str, Any]]:
+        return self.get_targets(self.component_id)
 
 
 def _unbound(name: str):

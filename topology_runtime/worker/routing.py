@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 import random
 from collections.abc import Callable
+from typing import Any
 
-from ..api.builder import ALL, DIRECT, FIELDS, GLOBAL, LOCAL_OR_SHUFFLE, NONE, SHUFFLE
-from ..api.components import StreamInfo
+from ..api.builder import ALL, CUSTOM, DIRECT, FIELDS, GLOBAL, LOCAL_OR_SHUFFLE, NONE, PARTIAL_KEY, SHUFFLE
+from ..api.components import StreamInfo, TopologyContext
 from ..plan.planner import Plan
 from ..transport.wire import field_hash
 
@@ -56,7 +58,85 @@ def make_picker(kind: str, tasks: list[int], field_idx: tuple[int, ...], local_t
         return lambda values: every
     if kind == DIRECT:
         return None
+    if kind == PARTIAL_KEY:
+        return partial_key_picker(tasks, field_idx)
     raise ValueError(f"unknown grouping {kind!r}")
+
+
+def _mix32(h: int) -> int:
+    # murmur3's 32-bit finalizer: the second hash, derived from the first (CRC-32 of the key):
+    # keys whose CRCs differ get independent second choices, in every process alike.
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+    return h ^ (h >> 16)
+
+
+def partial_key_candidates(values: list, field_idx: tuple[int, ...], n: int) -> tuple[int, int]:
+    """The two candidate task positions (0..n-1) of a key: the first is fields grouping's, the
+    second is always another one when n > 1 (Storm's two hashes may coincide; ours may not)."""
+    h = field_hash(values, field_idx)
+    first = h % n
+    if n == 1:
+        return first, first
+    return first, (first + 1 + _mix32(h) % (n - 1)) % n
+
+
+def partial_key_picker(tasks: list[int], field_idx: tuple[int, ...]) -> Picker:
+    """Storm's PartialKeyGrouping: of a key's two candidates, the task this emitting task has
+    sent fewer tuples so far (counts per picker, i.e. per emitting task and subscription)."""
+    n = len(tasks)
+    counts = [0] * n
+    memo: dict[str, tuple[int, int]] = {}  # str key -> candidates, as fields grouping's memo
+
+    i = field_idx[0] if len(field_idx) == 1 else -1
+
+    def pick(values: list) -> list[int]:
+        v = values[i] if i >= 0 else None
+        if type(v) is str:  # only str keys are remembered, as in fields grouping (1 vs 1.0)
+            c = memo.get(v)
+            if c is None:
+                if len(memo) >= FIELDS_MEMO_KEYS:
+                    memo.clear()
+                c = memo[v] = partial_key_candidates(values, field_idx, n)
+            a, b = c
+        else:
+            a, b = partial_key_candidates(values, field_idx, n)
+        if counts[b] < counts[a]:
+            a = b
+        counts[a] += 1
+        return [tasks[a]]
+    return pick
+
+
+class GroupingError(ValueError):
+    """A custom grouping chose a task that does not subscribe; names the grouping, the
+    emitting component and task, and the chosen task."""
+
+
+def custom_picker(template: Any, context: TopologyContext, source: tuple[str, str], target: str,
+                  tasks: list[int]) -> Picker:
+    """The emitting task's own copy of a custom grouping, prepared once; each choice is checked
+    against the targets (one C-level subset test: the hot path stays a call and a check)."""
+    grouping = copy.deepcopy(template)
+    targets = sorted(tasks)
+    grouping.prepare(context, source, list(targets))
+    allowed = frozenset(targets)
+    choose, me = grouping.choose_tasks, context.task_id
+
+    def pick(values: list) -> list[int]:
+        chosen = choose(me, values)
+        if type(chosen) is not list:
+            chosen = list(chosen)
+        if allowed.issuperset(chosen):
+            return chosen
+        bad = next((t for t in chosen if t not in allowed), None)
+        raise GroupingError(
+            f"component {source[0]!r} (task {me}) stream {source[1]!r}: custom grouping "
+            f"{type(grouping).__name__} (bolt {target!r}) chose task {bad!r}, which is not one of "
+            f"its target tasks {targets}")
+    return pick
 
 
 class Route:
@@ -82,7 +162,9 @@ class Route:
             self.targets = targets
 
 
-def build_routes(plan: Plan, component: str, task: int, local_tasks: set[int]) -> dict[str, Route]:
+def build_routes(plan: Plan, component: str, task: int, local_tasks: set[int],
+                 context: TopologyContext | None = None) -> dict[str, Route]:
+    """``context``: the task's own, for the custom groupings it emits to (they need one)."""
     declared = {name: decl.direct for name, decl in plan.spec(component).streams.items()} \
         if component in plan.topology.components else {}
     # System streams the plan added ($checkpoint) are routed like declared ones.
@@ -98,8 +180,20 @@ def build_routes(plan: Plan, component: str, task: int, local_tasks: set[int]) -
             if sub.kind == DIRECT:
                 direct_targets.update(sub.tasks)
                 continue
+            if sub.kind == CUSTOM:
+                pickers.append(_custom(plan, component, sname, sub.target, sub.tasks, task, context))
+                continue
             p = make_picker(sub.kind, sub.tasks, sub.field_idx, local_tasks, seed=task * 7919 + sid)
             if p is not None:
                 pickers.append(p)
         routes[sname] = Route(plan.streams[sid], direct, pickers, direct_targets)
     return routes
+
+
+def _custom(plan: Plan, component: str, stream: str, target: str, tasks: list[int], task: int,
+            context: TopologyContext | None) -> Picker:
+    template = next(g.custom for g in plan.spec(target).inputs if (g.source, g.stream) == (component, stream))
+    if context is None:
+        context = TopologyContext(task, component, plan.task_index(task), plan.component_tasks,
+                                  topology=plan.topology)
+    return custom_picker(template, context, (component, stream), target, tasks)

@@ -37,7 +37,7 @@ def start_tasks(w: Worker) -> None:
         if cid == CHECKPOINT_SPOUT:
             instance = w.task_state.checkpoint_spout()
             routes = build_routes(plan, cid, task, w.local_tasks)
-            ctx = TopologyContext(task, cid, 0, tasks_map, w.spec.topology_id, w.index)
+            ctx = TopologyContext(task, cid, 0, tasks_map, w.spec.topology_id, w.index, plan.topology)
             ex = SpoutExecutor(w.port, task, cid, instance, routes, None)
             w.local_spouts[task] = ex
             w.checkpoint_spout = instance
@@ -45,19 +45,20 @@ def start_tasks(w: Worker) -> None:
             continue
         spec = plan.spec(cid)
         instance = spec.new_instance()
-        routes = build_routes(plan, cid, task, w.local_tasks)
         conf = dict(w.conf)
         conf.update(plan.component_conf.get(cid, {}))
-        ctx = TopologyContext(task, cid, plan.task_index(task), tasks_map, w.spec.topology_id, w.index)
+        ctx = TopologyContext(task, cid, plan.task_index(task), tasks_map, w.spec.topology_id, w.index, plan.topology)
         if spec.is_spout:
-            ex = SpoutExecutor(w.port, task, cid, instance, routes, *spout_pending_limits(conf))
+            ex = SpoutExecutor(w.port, task, cid, instance, {}, *spout_pending_limits(conf))
             w.local_spouts[task] = ex
+            task_routes(w, ex, ctx)
             open_task(w, ex, instance.open, conf, ctx)
             if w.eo is not None:
                 restore_spout(w, ex, task)
         else:
-            ex = BoltExecutor(w.port, task, cid, instance, routes, basic=is_basic(instance))
+            ex = BoltExecutor(w.port, task, cid, instance, {}, basic=is_basic(instance))
             w.local_bolts[task] = ex
+            task_routes(w, ex, ctx)
             open_task(w, ex, instance.prepare, conf, ctx)
             if plan.stateful:
                 state = bolt_state(w, ex, cid, task) if isinstance(instance, StatefulBolt) else None
@@ -65,6 +66,18 @@ def start_tasks(w: Worker) -> None:
                     w.eo.add_bolt(BarrierAlignment(ex, plan.checkpoint_inputs[cid], state))
                 else:
                     StormCheckpointing(ex, plan.checkpoint_inputs[cid], state)
+
+
+def task_routes(w: Worker, ex, ctx: TopologyContext) -> None:
+    """The task's routes, set before its open/prepare (which may take an emitter). Building them
+    prepares the task's copies of custom groupings (with its context): a raise there is fatal
+    for the task, as in open/prepare."""
+    try:
+        ex.routes = build_routes(w.plan, ex.component, ex.task, w.local_tasks, ctx)
+    except Exception as e:
+        report_fatal(w, ex, "custom grouping prepare", e)
+        raise FatalStartupError(str(e)) from e
+
 
 # --- state ---------------------------------------------------------------------------------------
 
