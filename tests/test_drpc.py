@@ -105,6 +105,22 @@ def test_timeouts(drpc):
     assert wait_for(lambda: r.xlen("drpc:{probe}:requests") == 0, 5)
 
 
+def test_malformed_and_expired_requests_are_dropped(drpc):
+    """Entries written by hand: a bad id, a bad deadline, a missing field, a deadline already
+    past. None reaches the stages or gets a reply; all leave the stream; the function serves on."""
+    url, _, client = drpc
+    r = redis.Redis.from_url(url)
+    stream = "drpc:{probe}:requests"
+    r.xadd(stream, {"id": "../../x", "args": "ok:1", "deadline": time.time() + 60})
+    r.xadd(stream, {"id": "ab" * 8, "args": "ok:1", "deadline": "nan"})
+    r.xadd(stream, {"id": "cd" * 8, "args": "ok:1"})
+    r.xadd(stream, {"id": "ef" * 8, "args": "ok:1", "deadline": time.time() - 1})
+    assert client.execute("probe", "ok:2", timeout=10) == _probe_answer(2)
+    assert wait_for(lambda: r.xlen(stream) == 0, 5)
+    assert not any(r.exists(f"drpc:{{probe}}:reply:{x * 8}") for x in ("ab", "cd", "ef"))
+    assert r.llen("drpc:{probe}:requests:dead") == 1  # the entry without a deadline field
+
+
 def test_sigkilled_worker_mid_request(drpc):
     """A request waits on a tuple held by the worker we SIGKILL. If that worker does not host the
     spout, the tree times out and the client gets DRPCExecutionException (Storm's behaviour);

@@ -46,7 +46,6 @@ class DRPCSpout(RedisStreamSpout):
 
     def open(self, conf: dict, context: TopologyContext) -> None:
         self._replies: list[tuple[str, str]] = []  # (reply key, payload) to push with the next flush
-        self._drop: list[str] = []  # entry ids to XDEL after their XACK
         self._quiet_until = 0.0
         self._read = 0
         super().open(conf, context)
@@ -89,10 +88,6 @@ class DRPCSpout(RedisStreamSpout):
             n += 1
         return n
 
-    def ack(self, msg_id: Any) -> None:
-        self._drop.append(msg_id)
-        super().ack(msg_id)
-
     def fail(self, msg_id: Any) -> None:
         """Storm's DRPCSpout.fail: tell the client (an error reply) and drop the request."""
         values = self._values.get(msg_id)
@@ -114,9 +109,8 @@ class DRPCSpout(RedisStreamSpout):
         for key, payload in self._replies:
             pipe.rpush(key, payload)
             pipe.expire(key, REPLY_TTL_SECS)
-        if self._to_ack:
+        if self._to_ack:  # a request is never read twice: what is acked is deleted
             pipe.xack(self.stream, self.group, *self._to_ack)
-            if self._drop:
-                pipe.xdel(self.stream, *self._drop)
+            pipe.xdel(self.stream, *self._to_ack)
         pipe.execute()
-        self._to_ack, self._drop, self._replies, self._dead = [], [], [], []
+        self._to_ack, self._replies, self._dead = [], [], []
