@@ -75,7 +75,7 @@ def _mix32(h: int) -> int:
 
 def partial_key_candidates(values: list, field_idx: tuple[int, ...], n: int) -> tuple[int, int]:
     """The two candidate task positions (0..n-1) of a key: the first is fields grouping's, the
-    second is always another one when n > 1 (Storm's two hashes may coincide; ours may not)."""
+    second is always another one when n > 1 (as Storm's assignment of two tasks)."""
     h = field_hash(values, field_idx)
     first = h % n
     if n == 1:
