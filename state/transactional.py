@@ -9,6 +9,11 @@ transactional id), so a commit's MULTI runs on one node. Metadata values are sto
     tx:last-meta         hash    partition -> the newest batch's metadata (partitioned spouts)
     tx:ometa:TXID        hash    partition -> [attempt_id, meta, base] (opaque spouts)
     tx:committed-meta    hash    partition -> [txid, attempt_id, meta] (opaque spouts)
+    tx:gmeta             hash    txid -> the batch's metadata (generic spouts: made by the
+                                 coordinator; the last committed one stays, as the next's prev)
+    tx:spout-state       hash    key -> value: a generic spout's own records (its ``tx_state``)
+    tx:failures          hash    txid -> {attempt, component, task, error}: the last failure of an
+                                 uncommitted txid, for the coordinator's log and its final error
 
 A method that touches several records pipelines them, so each batch and each commit costs
 the round trips it did before the records had accessors (reads and writes are one each; the
@@ -85,6 +90,9 @@ class TransactionalState:
         self._current = current_key(tx_id)
         self._last = tx_key(tx_id, "last-meta")
         self._committed = tx_key(tx_id, "committed-meta")
+        self._gmeta = tx_key(tx_id, "gmeta")
+        self._spout_state = tx_key(tx_id, "spout-state")
+        self._failures = tx_key(tx_id, "failures")
         fencing.claim(client, self._current, token)
 
     @classmethod
@@ -153,7 +161,38 @@ class TransactionalState:
     def commit(self, txid: int, current: int) -> None:
         """One MULTI: ``current`` becomes the current txid and committed ``txid``'s metadata goes
         (a committed batch never replays)."""
-        self._write([("SET", self._current, current), ("DEL", self.meta_key(txid)), *self._announced(txid)])
+        self._write([("SET", self._current, current), ("DEL", self.meta_key(txid)), *self._dropped(txid),
+                     *self._announced(txid)])
+
+    def _dropped(self, txid: int) -> list[tuple]:
+        """What a commit of ``txid`` ends: its failure record, and the generic metadata before it
+        (``txid``'s own stays: the next batch's ``prev_meta``, also after a restart)."""
+        return [("HDEL", self._failures, txid), ("HDEL", self._gmeta, txid - 1)]
+
+    # --- generic spouts: the coordinator's per-txid metadata ----------------------------------
+    def generic_metas(self) -> dict[int, Any]:
+        """txid -> metadata recorded by a generic spout's coordinator (uncommitted ones and the
+        last committed one)."""
+        return {int(t): json.loads(v) for t, v in self.client.hgetall(self._gmeta).items()}
+
+    def record_generic_meta(self, txid: int, meta: Any, spout_state: dict[str, Any] | None = None) -> None:
+        """One fenced write: ``meta`` becomes txid's metadata, with the spout's own records it
+        changed while making it (``spout_state``), so both or neither survive a crash."""
+        commands: list[tuple] = [("HSET", self._gmeta, txid, json.dumps(meta))]
+        if spout_state:
+            commands.append(("HSET", self._spout_state, *(x for k, v in spout_state.items()
+                                                          for x in (k, json.dumps(v)))))
+        self._write(commands)
+
+    def spout_state(self) -> dict[str, Any]:
+        return {k: json.loads(v) for k, v in self.client.hgetall(self._spout_state).items()}
+
+    # --- failures: why a txid does not commit --------------------------------------------------
+    def record_failure(self, txid: int, record: dict[str, Any]) -> None:
+        self._write([("HSET", self._failures, txid, json.dumps(record))])
+
+    def failure(self, txid: int) -> dict[str, Any] | None:
+        return _load(self.client.hget(self._failures, str(txid)))
 
     # --- opaque spouts: per-attempt metadata, committed with the txid ------------------------
     def read_opaque_batch(self, txid: int, partitions: list[int]) -> tuple[int, list, list]:
@@ -213,7 +252,7 @@ class TransactionalState:
     def _opaque_commands(self, txid: int, new: dict[int, Any]) -> list[tuple]:
         flat = [x for kv in _dumps(new).items() for x in kv]
         return [*([("HSET", self._committed, *flat)] if new else []), ("SET", self._current, txid + 1),
-                ("DEL", self.ometa_key(txid)), *self._announced(txid)]
+                ("DEL", self.ometa_key(txid)), *self._dropped(txid), *self._announced(txid)]
 
     def _commit_opaque_replicated(self, txid: int, decide: OpaqueDecision, retries: int = 1) -> bool:
         """``commit_opaque`` on one held connection, WATCH to WAIT (state/replication.py)."""
@@ -261,6 +300,14 @@ class TransactionalState:
             elif t >= current and kind == "meta":
                 recorded.append(t)
         self.delete(old)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hkeys(self._gmeta)
+        pipe.hkeys(self._failures)
+        gmeta, failures = pipe.execute()
+        stale = [("HDEL", key, *fs) for key, fs in ((self._gmeta, [f for f in gmeta if int(f) < current - 1]),
+                                                    (self._failures, [f for f in failures if int(f) < current]))
+                 if fs]
+        self._write(stale)
         return sorted(recorded)
 
     def delete(self, keys: Iterable[str]) -> None:

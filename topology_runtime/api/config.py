@@ -61,6 +61,8 @@ DEFAULTS: dict[str, Any] = {
     "topology.state.redis.wait.timeout.ms": 2000,
     "topology.stats.interval.secs": 1.0,
     "topology.transactional.progress.secs": 10.0,  # the coordinator's progress line; None: off
+    # A batch (txid) whose attempts failed this many times ends the run failed; None or 0: never.
+    "topology.transactional.max.attempts": 10,
 }
 
 # Storm's documented topology.* keys that we accept but do not implement (warned about).
@@ -201,6 +203,8 @@ def resolve_config(conf: Mapping[str, Any] | None, workers: int | None = None) -
     out[k] = _positive_number(k, out[k], allow_none=True, integer=True, zero=True)
     k = "topology.state.redis.wait.timeout.ms"
     out[k] = _positive_number(k, out[k], integer=True)
+    k = "topology.transactional.max.attempts"
+    out[k] = _positive_number(k, out[k], allow_none=True, integer=True, zero=True) or None
     for k in ("topology.enable.message.timeouts", "topology.debug", "topology.state.exactly.once"):
         out[k] = _bool(k, out[k])
     for k in ("topology.tick.tuple.freq.secs", "topology.transactional.progress.secs"):

@@ -15,6 +15,16 @@ from typing import Any, NamedTuple
 
 PROCESSING, PROCESSED, COMMITTING = "PROCESSING", "PROCESSED", "COMMITTING"
 BATCH, COMMIT = "batch", "commit"
+# A failed txid is replayed after RETRY_BASE_SECS * 2**(failures - 1), at most RETRY_MAX_SECS: a
+# deterministic bug reaches max attempts in seconds, a Redis outage of ~20 s is ridden out with
+# the default 10 attempts (0.1 + 0.2 + ... + 5 s between them).
+DEFAULT_MAX_ATTEMPTS = 10
+RETRY_BASE_SECS, RETRY_MAX_SECS = 0.1, 5.0
+
+
+def retry_delay(failures: int) -> float:
+    """Seconds before the next attempt of a txid that failed ``failures`` times."""
+    return 0.0 if failures <= 0 else min(RETRY_BASE_SECS * 2 ** (failures - 1), RETRY_MAX_SECS)
 
 
 class TransactionAttempt(NamedTuple):
@@ -38,8 +48,17 @@ class TransactionalCoordinator:
     def __init__(self, max_active: int = 1, current_txid: int = 1,
                  is_ready: Callable[[], bool] = lambda: True,
                  initialize: Callable[[int, Any], Any] = lambda txid, prev: None,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, max_attempts: int | None = None,
+                 clock: Callable[[], float] | None = None) -> None:
+        """``max_attempts``: a txid whose attempts failed this many times is given up
+        (``gave_up`` is set, nothing more is emitted); None: retried forever (Storm). ``clock``:
+        seconds (monotonic) for the retry back-off (``retry_delay``); None: replays go at once."""
         self.max_active = max(1, int(max_active))
+        self.max_attempts = max_attempts
+        self.clock = clock
+        self.failures: dict[int, int] = {}  # txid -> failed attempts (cleared when it commits)
+        self.retry_at: dict[int, float] = {}  # txid -> when its next attempt may start
+        self.gave_up: tuple[int, int] | None = None  # (txid, failed attempts) once given up
         self.current_txid = current_txid
         self.is_ready = is_ready
         self.initialize = initialize
@@ -67,6 +86,8 @@ class TransactionalCoordinator:
     def sync(self) -> list[tuple]:
         """Emits due now: ("commit", attempt) and ("batch", attempt, meta)."""
         out: list[tuple] = []
+        if self.gave_up is not None:
+            return out
         cur = self.active.get(self.current_txid)
         if cur is not None and cur.status == PROCESSED:
             cur.status = COMMITTING
@@ -77,9 +98,12 @@ class TransactionalCoordinator:
                     continue
                 if txid not in self.metas and not self.is_ready():
                     break  # not ready for new data; cached (replayed) batches still go out
+                if self.clock is not None and txid in self.retry_at and self.clock() < self.retry_at[txid]:
+                    break  # backing off after a failure; later txids wait too (order of emits)
+                meta = self._meta(txid)  # before the batch is active: if it raises, it is retried
                 attempt = TransactionAttempt(txid, self.rng.getrandbits(63))
                 self.active[txid] = _Tx(attempt, PROCESSING)
-                out.append((BATCH, attempt, self._meta(txid)))
+                out.append((BATCH, attempt, meta))
         return out
 
     def ack(self, attempt: TransactionAttempt) -> list[tuple]:
@@ -89,17 +113,33 @@ class TransactionalCoordinator:
                 tx.status = PROCESSED
             elif tx.status == COMMITTING:
                 del self.active[attempt.txid]
+                self.failures.pop(attempt.txid, None)
+                self.retry_at.pop(attempt.txid, None)
                 for old in [t for t in self.metas if t <= attempt.txid - 1]:
                     del self.metas[old]  # cleanupBefore(txid): keep the committed one as "previous"
                 self.current_txid = attempt.txid + 1
         return self.sync()
 
     def fail(self, attempt: TransactionAttempt) -> list[tuple]:
+        """Only the current attempt of a txid counts: the later batches dropped with it are
+        replayed without counting as failed, and their old attempts' late fails are ignored."""
         tx = self.active.get(attempt.txid)
         if tx is not None and tx.attempt == attempt:
             for t in [t for t in self.active if t >= attempt.txid]:
                 del self.active[t]  # this batch and every later one in flight replay
+            n = self.failures[attempt.txid] = self.failures.get(attempt.txid, 0) + 1
+            if self.max_attempts is not None and n >= self.max_attempts:
+                self.gave_up = (attempt.txid, n)
+                self.active.clear()
+                return []
+            if self.clock is not None:
+                self.retry_at[attempt.txid] = self.clock() + retry_delay(n)
         return self.sync()
+
+    def is_current(self, attempt: TransactionAttempt) -> bool:
+        """``attempt`` is the one in flight for its txid (its fail would count)."""
+        tx = self.active.get(attempt.txid)
+        return tx is not None and tx.attempt == attempt
 
 
 # --- opaque partitioned spouts: per-partition metadata bookkeeping (no I/O) ---------------------

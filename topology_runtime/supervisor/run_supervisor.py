@@ -344,6 +344,11 @@ class RunSupervisor:
                 log.warning("run %s: %s: rolling every task back to checkpoint %d",
                             self.name, msg.get("reason"), self.checkpoints.committed)
                 self._request_restart_all()
+        elif t == Control.RUN_FAILED:
+            if self._stop_reason is None and self.state not in FINAL_STATES:
+                self._add_errors([{"component": msg.get("component"), "task": msg.get("task"),
+                                   "error": msg.get("error"), "worker": w}])
+                self._fail(f"{msg.get('component')}: {msg.get('error')}")
         elif t in (Control.BARRIER_DONE, Control.COMMITTED):
             if self.checkpoints is not None:
                 self.checkpoints.on_message(t, msg)

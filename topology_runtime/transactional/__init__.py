@@ -14,11 +14,17 @@ from typing import Any
 from ..reliability.transactional import TransactionAttempt
 from .batch import BatchBolt, Committer
 from .builder import TransactionalTopologyBuilder
-from .spouts import MemoryTransactionalSpout, OpaquePartitionedTransactionalSpout, PartitionedTransactionalSpout
+from .spouts import (
+    MemoryTransactionalSpout,
+    OpaquePartitionedTransactionalSpout,
+    PartitionedTransactionalSpout,
+    TransactionalSpout,
+)
 
 __all__ = ["BatchBolt", "Committer", "MemoryTransactionalSpout", "OpaquePartitionedTransactionalSpout",
            "PartitionedTransactionalSpout", "RedisStreamsOpaqueTransactionalSpout",
-           "RedisStreamsTransactionalSpout", "TransactionAttempt", "TransactionalTopologyBuilder"]
+           "RedisStreamsTransactionalSpout", "TransactionAttempt", "TransactionalSpout",
+           "TransactionalTopologyBuilder"]
 
 
 def __getattr__(name: str) -> Any:

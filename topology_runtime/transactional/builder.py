@@ -5,8 +5,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..api.builder import Topology, TopologyBuilder
-from .coordinated_bolt import BATCH_STREAM, COMMIT_STREAM, COORD_STREAM, ROWS_STREAM, CoordinatedBolt, is_committer
+from ..api.builder import Topology, TopologyBuilder, TopologyError
+from .coordinated_bolt import (
+    BATCH,
+    BATCH_STREAM,
+    COMMIT_STREAM,
+    COORD_STREAM,
+    ROWS_STREAM,
+    CoordinatedBolt,
+    bolt_kind,
+    is_committer,
+)
 from .coordinator import CoordinatorSpout
 
 
@@ -53,7 +62,25 @@ class TransactionalTopologyBuilder:
         self._inputs[bolt_id] = []
         return _Declarer(self, bolt_id)
 
+    def _check_bolts(self) -> None:
+        """Seed 001's three kinds only (BatchBolt, committer BatchBolt, BasicBolt; and a plain
+        Bolt, per tuple like Storm's IRichBolt in a CoordinatedBolt); anything else is refused
+        here, naming the component, not when its first batch arrives."""
+        errors = []
+        for bid, (bolt, _, committer) in self._bolts.items():
+            try:
+                kind = bolt_kind(bolt)
+            except ValueError as e:
+                errors.append(f"bolt {bid!r}: {e}")
+                continue
+            if committer and kind != BATCH:
+                errors.append(f"bolt {bid!r}: a committer must be a BatchBolt (its finish_batch is the commit), "
+                              f"got a {kind}")
+        if errors:
+            raise TopologyError(f"invalid transactional topology {self.topology_id!r}:\n  " + "\n  ".join(errors))
+
     def create_topology(self) -> Topology:
+        self._check_bolts()
         coord = f"coord-{self.spout_id}"
         b = TopologyBuilder()
         downstream: dict[str, list[str]] = {self.spout_id: []}
@@ -68,7 +95,8 @@ class TransactionalTopologyBuilder:
         b.set_bolt(self.spout_id, emitter, self.spout_parallelism).all_grouping(coord, stream=BATCH_STREAM)
         wrappers = {self.spout_id: emitter}
         for bid, (bolt, _, committer) in self._bolts.items():
-            wrappers[bid] = CoordinatedBolt(bolt, sources[bid], downstream.get(bid, []), committer)
+            wrappers[bid] = CoordinatedBolt(bolt, sources[bid], downstream.get(bid, []), committer,
+                                            tx_id=self.topology_id)
         for bid, (_, par, committer) in self._bolts.items():
             wrapper = wrappers[bid]
             d = b.set_bolt(bid, wrapper, par)

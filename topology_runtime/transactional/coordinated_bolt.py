@@ -9,13 +9,26 @@ Also what travels between wrappers: the stream names, the attempt's wire form, a
 from __future__ import annotations
 
 import copy
+import logging
 from typing import Any
 
-from ..api.components import Bolt, Stream, StreamInfo, Tuple
+from ..api.components import (
+    BasicBolt,
+    Bolt,
+    FailedException,
+    Spout,
+    StatefulBolt,
+    Stream,
+    StreamInfo,
+    Tuple,
+    declared_streams,
+)
 from ..reliability.coordinated import NOTHING, CoordinatedTracker
 from ..reliability.transactional import TransactionAttempt
-from .batch import Committer
-from .emitter import TransactionalEmitter
+from .batch import BatchBolt, Committer
+from .emitter import TransactionalEmitter, open_state
+
+log = logging.getLogger(__name__)
 
 COORD_STREAM = "$coord"
 BATCH_STREAM, COMMIT_STREAM = "batch", "commit"
@@ -85,21 +98,59 @@ def wire(value: Any) -> Any:
     return [value.txid, value.attempt_id] if isinstance(value, TransactionAttempt) else value
 
 
+# The three kinds of bolt of seed 001: a BatchBolt (one instance per attempt, finish_batch when
+# the batch is complete; a committer's in the commit phase), a BasicBolt (per tuple; acked after
+# execute) and a plain Bolt (per tuple; acks or fails each tuple itself).
+BATCH, BASIC, PLAIN = "BatchBolt", "BasicBolt", "Bolt"
+
+
+def bolt_kind(bolt: Any) -> str:
+    """Which kind ``bolt`` is run as, or ValueError saying why it cannot be set in a
+    transactional topology (the builder names the component)."""
+    if isinstance(bolt, StatefulBolt):
+        raise ValueError("a StatefulBolt cannot be set in a transactional topology (its checkpoints are not "
+                         "batches; keep state in a committer BatchBolt with TransactionalValue)")
+    if isinstance(bolt, Spout) or callable(getattr(bolt, "next_tuple", None)):
+        raise ValueError("a spout cannot be set as a bolt (a transactional topology has one spout, given to "
+                         "TransactionalTopologyBuilder)")
+    if not callable(getattr(bolt, "execute", None)):
+        raise ValueError(f"{type(bolt).__name__} has no execute(tup): expected a BatchBolt, BasicBolt or Bolt")
+    if isinstance(bolt, BatchBolt) or (not isinstance(bolt, Bolt) and callable(getattr(bolt, "finish_batch", None))):
+        return BATCH
+    if isinstance(bolt, BasicBolt):
+        return BASIC
+    if isinstance(bolt, Bolt):
+        return PLAIN
+    raise ValueError(f"{type(bolt).__name__} is not a BatchBolt, BasicBolt or Bolt")
+
+
+class _Pending:
+    """An input tuple (or chunk: ``left`` rows) of a per-tuple bolt, until every row was acked."""
+
+    __slots__ = ("attempt", "tup", "left", "failed")
+
+    def __init__(self, attempt: TransactionAttempt, tup: Tuple, left: int) -> None:
+        self.attempt, self.tup, self.left, self.failed = attempt, tup, left, False
+
+
 class CoordinatedBolt(Bolt):
     """Runs a BatchBolt per batch attempt and tracks, per attempt, what it received and sent,
     so it knows when an upstream's batch is complete (Storm's CoordinatedBolt)."""
 
     def __init__(self, delegate: Any, sources: list[str], downstream: list[str], id_stream: bool,
                  emitter_of: Any = None, tx_id: str | None = None) -> None:
-        self.delegate = delegate  # a BatchBolt template (or None for the emitter)
-        self.tx_id = tx_id  # the emitter's: where the coordinator keeps txids and metadata
+        self.delegate = delegate  # a BatchBolt template, a BasicBolt or Bolt (None for the emitter)
+        self.kind = bolt_kind(delegate) if delegate is not None else None
+        self.tx_id = tx_id  # where the coordinator keeps txids, metadata and failure records
         self.sources = sources
         self.downstream = downstream
         self.id_stream = id_stream
         self.emitter_of = emitter_of  # the transactional spout, when this is the emitter
-        out = getattr(delegate, "outputs", None) if delegate is not None else None
-        fields = list(out) if out else (["tx", *emitter_of.fields] if emitter_of is not None else [])
+        declared = declared_streams(delegate, type(delegate).__name__) if delegate is not None else {}
         self.outputs = {COORD_STREAM: Stream(["id", "count"], direct=True)}
+        self.outputs.update({name: st for name, st in declared.items() if name != "default"})
+        fields = (declared["default"].fields if "default" in declared
+                  else (["tx", *emitter_of.fields] if emitter_of is not None else []))
         if fields:
             self.outputs["default"] = fields
             self.outputs[ROWS_STREAM] = Stream(["id", "rows"], direct=True, chunk=True)
@@ -121,8 +172,113 @@ class CoordinatedBolt(Bolt):
             self._rows_route = self.router("default")  # the user's grouping, applied per row
             self._send_chunk = self.chunk_emitter(ROWS_STREAM)
         self.emitter: TransactionalEmitter | None = None  # set on the spout's component only
+        self._tx_state = None  # opened on the first failure to record (bolts); the emitter's own
         if self.emitter_of is not None:
             self.emitter = TransactionalEmitter.open(self.emitter_of, conf, context, self.tx_id)
+            self._tx_state = self.emitter.state
+        self._rows: dict[int, tuple[Tuple, _Pending]] = {}  # per-tuple bolts: id(row) -> row, its input
+        if self.kind in (BASIC, PLAIN):  # one instance for the task; its actions go through here
+            d = self.delegate
+            d.emit, d.emit_direct = self._delegate_emit, self._delegate_emit_direct
+            d.ack = (lambda tup: None) if self.kind == BASIC else (lambda tup: self._row_done(tup, True))
+            d.fail = lambda tup: self._row_done(tup, False)
+            d.reset_timeout = lambda tup: None  # a batch's tuples are tracked by its coordination
+            d.run_off_loop = self.run_off_loop
+            self._emits: dict[TransactionAttempt, Any] = {}
+            d.prepare(conf, context)
+
+    def cleanup(self) -> None:
+        if self.kind in (BASIC, PLAIN):
+            self.delegate.cleanup()
+
+    # --- failures: recorded for the coordinator (its log line and, past max attempts, the error) ---
+    def _record_failure(self, attempt: TransactionAttempt, what: str, exc: BaseException) -> None:
+        try:
+            if self._tx_state is None:
+                self._tx_state = open_state(self.conf, self.context, self.tx_id)
+            self._tx_state.record_failure(attempt.txid, {
+                "attempt": attempt.attempt_id, "component": self.context.component_id, "task": self.context.task_id,
+                "error": f"{what}: {type(exc).__name__}: {exc}"[:2000]})
+        except Exception as e:  # noqa: BLE001 - Redis lost: the batch fails all the same
+            log.warning("failure of batch %s not recorded (%s: %s)", attempt, type(e).__name__, e)
+
+    # --- a BasicBolt's or plain Bolt's emits and acks ----------------------------------------------
+    def _attempt_of_emit(self, values: Any) -> TransactionAttempt:
+        first = values[0] if isinstance(values, (list, tuple)) and values else None
+        if isinstance(first, TransactionAttempt) or (isinstance(first, list) and len(first) == 2):
+            return attempt_of(first)
+        raise ValueError(f"component {self.context.component_id!r}: a tuple emitted in a transactional topology "
+                         f"must have the TransactionAttempt (tup[0]) as its first value, got {first!r:.80}")
+
+    def _delegate_emit(self, values, anchors=None, stream="default"):
+        attempt = self._attempt_of_emit(values)
+        emit = self._emits.get(attempt)
+        if emit is None:
+            emit = self._emits[attempt] = self._counted_emit(attempt)
+        return emit(values, stream=stream)
+
+    def _delegate_emit_direct(self, task, values, anchors=None, stream="default"):
+        attempt = self._attempt_of_emit(values)
+        targets = self.emit_direct(task, [wire(attempt), *values[1:]], stream=stream)
+        self.tracker.emitted(attempt, targets)
+        return targets
+
+    def _execute_each(self, attempt: TransactionAttempt, tup: Tuple, stream: str) -> None:
+        """A BasicBolt or Bolt: ``execute`` per tuple (each row of a chunk). The input counts as
+        received once every row was acked (a BasicBolt's when execute returns); a fail, an
+        exception or FailedException fails the batch."""
+        if stream == ROWS_STREAM:
+            info, src = self._row_info(tup), tup.source_task
+            rows = [Tuple([attempt, *row[1:]], info, src, None) for row in tup.values[1]]
+        else:
+            rows = [Tuple([attempt, *tup.values[1:]], tup.info, tup.source_task, None)]
+        p = _Pending(attempt, tup, len(rows))
+        basic, execute, pending = self.kind == BASIC, self.delegate.execute, self._rows
+        for r in rows:
+            pending[id(r)] = (r, p)
+            try:
+                execute(r)
+            except FailedException as e:
+                self._record_failure(attempt, "execute", e)
+                self._row_done(r, False)
+                return
+            except Exception as e:
+                self._record_failure(attempt, "execute", e)
+                self._row_done(r, False, raised=True)
+                raise  # the executor reports it (and fails ``tup``)
+            if basic:
+                self._row_done(r, True)
+            if p.failed:
+                return
+
+    def _row_done(self, r: Tuple, ok: bool, raised: bool = False) -> None:
+        entry = self._rows.pop(id(r), None)
+        if entry is None or entry[0] is not r:
+            return  # acked twice, or not a tuple of this wrapper
+        p = entry[1]
+        if p.failed:
+            return
+        if not ok:
+            p.failed = True
+            for k in [k for k, (_, q) in self._rows.items() if q is p]:
+                del self._rows[k]
+            self._forget(p.attempt)
+            self._apply(self.tracker.regular_failed(p.attempt))
+            if not raised:
+                self.fail(p.tup)
+            return
+        p.left -= 1
+        if p.left == 0:
+            f = self.tracker.regular_acked(p.attempt)
+            if f is NOTHING or not self._apply(f, anchor=p.tup):
+                self.ack(p.tup)
+
+    def _forget(self, attempt: TransactionAttempt) -> None:
+        """Drop what this task holds for an attempt that finished, failed or timed out."""
+        self.batches.pop(attempt, None)
+        self._chunks.pop(attempt, None)
+        if self.kind in (BASIC, PLAIN):
+            self._emits.pop(attempt, None)
 
     # --- emits from the delegate (counted per target task for the coordination stream) --------
     def _counted_emit(self, attempt: TransactionAttempt):
@@ -171,8 +327,10 @@ class CoordinatedBolt(Bolt):
     def execute(self, tup: Tuple):
         if tup.is_tick():
             for f in self.tracker.tick():
-                self.batches.pop(f.id, None)
-                self._chunks.pop(f.id, None)
+                self._forget(f.id)
+                if self._rows:  # a plain Bolt that never acked them
+                    for k in [k for k, (_, q) in self._rows.items() if q.attempt == f.id]:
+                        del self._rows[k]
                 for t in f.fail:
                     self.fail(t)
             return
@@ -190,13 +348,16 @@ class CoordinatedBolt(Bolt):
         elif self.emitter is not None:
             try:
                 self._emit_batch(attempt, tup)
-            except Exception:
+            except Exception as e:
+                self._record_failure(attempt, "emit_batch", e)
                 self._apply(self.tracker.regular_failed(attempt))  # forget this attempt; the batch fails
                 raise
             # Counts go out anchored to the batch tuple *before* it is acked (Storm's order), so
             # its tree completes only when every downstream task finished the batch.
             self._apply(self.tracker.regular_acked(attempt), anchor=tup)
             self.ack(tup)
+        elif self.kind != BATCH:
+            self._execute_each(attempt, tup, stream)
         else:
             batch = self._batch(attempt)
             try:
@@ -206,7 +367,8 @@ class CoordinatedBolt(Bolt):
                         execute(Tuple([attempt, *row[1:]], info, src, None))
                 else:
                     batch.execute(Tuple([attempt, *tup.values[1:]], tup.info, tup.source_task, tup.anchors))
-            except Exception:
+            except Exception as e:
+                self._record_failure(attempt, "execute", e)
                 self._apply(self.tracker.regular_failed(attempt))
                 raise
             f = self.tracker.regular_acked(attempt)
@@ -223,7 +385,7 @@ class CoordinatedBolt(Bolt):
         rows = RowChunks(self._rows_route, self._send_chunk, wire(attempt))
         try:
             # each row waits in its targets' chunks; values[1]: the last committed txid
-            self.emitter.emit_batch(attempt, tup.values[1], rows.add_row)
+            self.emitter.emit_batch(attempt, tup.values[1], rows.add_row, tup.values[2] if len(tup.values) > 2 else None)
             rows.flush()
         finally:  # also on failure: what went out is counted (the batch fails either way)
             self.tracker.emitted_counts(attempt, rows.sent)
@@ -239,7 +401,8 @@ class CoordinatedBolt(Bolt):
             if b is not None:
                 try:
                     b.finish_batch()
-                except Exception:
+                except Exception as e:
+                    self._record_failure(f.id, "finish_batch", e)
                     self._chunks.pop(f.id, None)
                     f2 = self.tracker.finish_failed(f.id)
                     for t in f.ack + f2.fail:
@@ -250,8 +413,7 @@ class CoordinatedBolt(Bolt):
             for t in f.ack:
                 self.ack(t)
         for t in f.fail:
-            self.batches.pop(f.id, None)
-            self._chunks.pop(f.id, None)
+            self._forget(f.id)
             self.fail(t)
         return False
 
@@ -262,6 +424,8 @@ class CoordinatedBolt(Bolt):
         for task, n in f.counts.items():  # read after finish_batch: its emits count
             self.emit_direct(task, [wire(f.id), n], anchors=anchors or [], stream=COORD_STREAM)
         self.tracker.done(f.id)
+        if self.kind in (BASIC, PLAIN):
+            self._emits.pop(f.id, None)
         for t in held:
             self.ack(t)
 
@@ -289,6 +453,7 @@ class CoordinatedBolt(Bolt):
                 except Exception as e:  # noqa: BLE001 - a bad emit fails the batch, as inline
                     error = e
             if error is not None:  # fail what was held: the coordinator replays the batch
+                self._record_failure(f.id, "finish_batch", error)
                 self._chunks.pop(f.id, None)
                 f2 = self.tracker.finish_failed(f.id)
                 self.tracker.done(f.id)

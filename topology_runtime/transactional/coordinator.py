@@ -6,6 +6,7 @@ metadata) in the TransactionalState so a restart resumes where the last commit l
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from typing import Any
@@ -14,6 +15,7 @@ from ..api.components import Spout
 from ..reliability.transactional import (
     BATCH,
     COMMITTING,
+    DEFAULT_MAX_ATTEMPTS,
     PROCESSING,
     TransactionalCoordinator,
     TransactionAttempt,
@@ -23,15 +25,40 @@ from ..testing.faults import maybe_crash
 from .coordinated_bolt import BATCH_STREAM, COMMIT_STREAM, attempt_of, wire
 from .emitter import open_state
 from .progress import TxProgress
-from .spouts import is_opaque
+from .spouts import is_generic, is_opaque
 
 log = logging.getLogger(__name__)
+MAX_ATTEMPTS_KEY = "topology.transactional.max.attempts"
+
+
+class TxSpoutState:
+    """A generic spout's ``tx_state``: its own records in Redis (``tx:spout-state``), read at
+    open; ``put`` is written with the next batch's metadata, in the same fenced write."""
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.values = values
+        self.pending: dict[str, Any] = {}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+    def put(self, key: str, value: Any) -> None:
+        value = json.loads(json.dumps(value))  # what a restart reads back; not JSON: raises here
+        self.values[key] = self.pending[key] = value
+
+
+def failure_text(record: dict | None, attempt: TransactionAttempt, timeout: Any) -> str:
+    """Why attempt ``attempt`` failed, from the failure record a component wrote (if any)."""
+    if record is not None and record.get("attempt") == attempt.attempt_id:
+        return f"component {record.get('component')!r} task {record.get('task')}: {record.get('error')}"
+    return (f"no component reported an error for this attempt: its tuple tree failed or timed out "
+            f"(topology.message.timeout.secs={timeout})")
 
 
 class CoordinatorSpout(Spout):
     """One task. Batches and commits are tuples tracked by the acker (msg id = the attempt)."""
 
-    outputs = {BATCH_STREAM: ["tx", "committed"], COMMIT_STREAM: ["tx"]}
+    outputs = {BATCH_STREAM: ["tx", "committed", "meta"], COMMIT_STREAM: ["tx"]}
     # Commits are strictly serial, so their latency is the pipeline's period: a commit tuple
     # goes ahead of queued batch data at the committer (one commit is in flight at a time).
     priority_streams = (COMMIT_STREAM,)
@@ -41,10 +68,15 @@ class CoordinatorSpout(Spout):
         self.tx_id = tx_id
 
     def open(self, conf, context):
+        self.context_id = context.component_id
         self.state = open_state(conf, context, self.tx_id)
         self.tx_id = self.state.tx_id
         cur = self.state.current_txid()
-        self.spout.open(conf)
+        self.generic = is_generic(self.spout)
+        if self.generic:
+            self.spout.open(conf, context)
+        else:
+            self.spout.open(conf)
         self.opaque = is_opaque(self.spout)
         self.n_partitions = self.spout.num_partitions() if self.opaque else 0  # for opaque commits
         current = cur if cur is not None else 1
@@ -53,12 +85,22 @@ class CoordinatorSpout(Spout):
         # come back: their data is already in last-meta, so they must replay before a drained
         # stream may end the run.
         recorded = self.state.cleanup(current)
+        max_attempts = conf.get(MAX_ATTEMPTS_KEY, DEFAULT_MAX_ATTEMPTS)
+        self.timeout = conf.get("topology.message.timeout.secs")
         self.machine = TransactionalCoordinator(
             max_active=int(conf.get("topology.max.spout.pending") or 1),
             current_txid=current,
             is_ready=self._ready,
+            initialize=self._initialize,
+            max_attempts=int(max_attempts) if max_attempts else None,
+            clock=time.monotonic,
         )
-        if not self.opaque:  # opaque replays read anew from the committed metadata instead
+        if self.generic:
+            # Every metadata recorded from the last committed txid on: replays (also after this
+            # restart) get exactly it, and the committed one is the next new batch's prev_meta.
+            self.tx_state = TxSpoutState(self.state.spout_state())
+            self.machine.metas.update({t: m for t, m in self.state.generic_metas().items() if t >= current - 1})
+        elif not self.opaque:  # opaque replays read anew from the committed metadata instead
             self.machine.restore_recorded(recorded)
         self.done = False
         self._checked = float("-inf")
@@ -66,6 +108,21 @@ class CoordinatorSpout(Spout):
         every = conf.get("topology.transactional.progress.secs", 10.0)
         self.progress = TxProgress(self.tx_id, float(every) if every else None, time.monotonic(),
                                    pending=self.machine.max_active)
+
+    def _initialize(self, txid: int, prev_meta: Any) -> Any:
+        """A generic spout's metadata for a new txid, recorded in Redis before its batch goes out
+        (what the machine caches is the stored form, so a replay's metadata is identical)."""
+        if not self.generic:
+            return None
+        meta = self.spout.initialize_transaction(txid, prev_meta, self.tx_state)
+        try:
+            meta = json.loads(json.dumps(meta))
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"{type(self.spout).__name__}.initialize_transaction({txid}) returned metadata "
+                            f"that cannot be stored as JSON: {e}") from e
+        self.state.record_generic_meta(txid, meta, self.tx_state.pending)
+        self.tx_state.pending = {}
+        return meta
 
     def _latest_metas(self) -> dict:
         """Per partition, where the newest batch ends: committed metadata (opaque) or the last
@@ -85,6 +142,9 @@ class CoordinatorSpout(Spout):
     def _exhausted(self) -> bool:
         # Cached between acks (not one read per sync), but re-read after every ack or fail: that
         # is when batch metadata changed, so a bounded run does not start empty batches at its end.
+        if self.generic:  # the newest metadata is in memory: no read, no cache
+            metas = self.machine.metas
+            return self.spout.exhausted(metas[max(metas)] if metas else None)
         now = time.monotonic()
         if now - self._checked >= 0.1:
             self._checked = now
@@ -108,7 +168,8 @@ class CoordinatorSpout(Spout):
         for e in out:
             if e[0] == BATCH:
                 self.progress.batch_started(e[1].txid, now)
-                self.emit([wire(e[1]), self.machine.current_txid - 1], msg_id=wire(e[1]), stream=BATCH_STREAM)
+                self.emit([wire(e[1]), self.machine.current_txid - 1, e[2] if self.generic else None],
+                          msg_id=wire(e[1]), stream=BATCH_STREAM)
             else:
                 self.progress.commit_started(e[1].txid, now)
                 self.emit([wire(e[1])], msg_id=wire(e[1]), stream=COMMIT_STREAM)
@@ -142,12 +203,11 @@ class CoordinatorSpout(Spout):
                     self.state.commit(a.txid, a.txid + 1)
                     committed = True
             except Exception as e:  # noqa: BLE001 - Redis lost, NotReplicated: not committed
-                log.warning("commit of batch %s not recorded (%s: %s): replaying it", a, type(e).__name__, e)
-                self._emit(self.machine.fail(a))
+                self._failed(a, f"component {self.context_id!r}: the commit was not recorded: {type(e).__name__}: {e}")
                 return
             if not committed:
-                log.warning("batch %s continued after a stale attempt of the batch before: replaying it", a)
-                self._emit(self.machine.fail(a))
+                self._failed(a, f"component {self.context_id!r}: the batch continued after a stale attempt of "
+                                f"the batch before")
                 return
         before = self.machine.current_txid
         processed = tx is not None and tx.attempt == a and tx.status == PROCESSING
@@ -160,4 +220,33 @@ class CoordinatorSpout(Spout):
 
     def fail(self, msg_id):
         self._checked = float("-inf")
-        self._emit(self.machine.fail(attempt_of(msg_id)))
+        self._failed(attempt_of(msg_id))
+
+    def _failed(self, a: TransactionAttempt, reason: str | None = None) -> None:
+        """A failed attempt: logged with why (the failing component's record), replayed with every
+        later batch in flight after a back-off, or, past topology.transactional.max.attempts
+        failures of the same txid, the end of the run (failed, naming component, txid and error)."""
+        if not self.machine.is_current(a):
+            self._emit(self.machine.fail(a))  # a stale attempt's late fail: nothing happens
+            return
+        if reason is None:
+            try:
+                record = self.state.failure(a.txid)
+            except Exception as e:  # noqa: BLE001 - Redis lost: the failure still counts
+                record = {"attempt": a.attempt_id, "component": "?", "task": "?",
+                          "error": f"(the failure record could not be read: {type(e).__name__}: {e})"}
+            reason = failure_text(record, a, self.timeout)
+        n = self.machine.failures.get(a.txid, 0) + 1
+        limit = self.machine.max_attempts
+        self.progress.failed(a.txid, n, reason)
+        out = self.machine.fail(a)
+        if self.machine.gave_up is not None:
+            error = (f"transactional {self.tx_id}: batch txid {a.txid} failed {n} time(s), the limit "
+                     f"({MAX_ATTEMPTS_KEY}={limit}); last failure: {reason}")
+            self.done = True
+            self._report(force=True)
+            self.fail_run(error)
+            return
+        log.warning("transactional %s: batch txid %d failed (attempt %d of %s): %s; replaying it and the later "
+                    "batches in flight", self.tx_id, a.txid, n, limit or "unlimited", reason)
+        self._emit(out)

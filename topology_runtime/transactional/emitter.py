@@ -16,7 +16,7 @@ from state.transactional import TransactionalState
 
 from ..api.config import fencing_token, state_redis_url, state_replication
 from ..reliability.transactional import TransactionAttempt, opaque_last_meta
-from .spouts import is_opaque
+from .spouts import is_generic, is_opaque
 
 NEEDS_REDIS = "a transactional topology (txids and batch metadata)"
 
@@ -39,19 +39,26 @@ class TransactionalEmitter:
         self.state = state
         self.partitions = partitions
         self.opaque = is_opaque(spout)
+        self.generic = is_generic(spout)
 
     @classmethod
     def open(cls, spout: Any, conf: dict, context: Any, tx_id: str | None) -> TransactionalEmitter:
         state = open_state(conf, context, tx_id)
+        if is_generic(spout):  # no partitions: the metadata arrives with the batch tuple
+            spout.open(conf, context)
+            return cls(spout, state, [])
         spout.open(conf)
         n = spout.num_partitions()
         return cls(spout, state, [p for p in range(n) if p % context.parallelism == context.task_index])
 
     def emit_batch(self, attempt: TransactionAttempt, committed: int | None,
-                   emit_row: Callable[[list], Any]) -> None:
-        """This task's part of batch ``attempt``; ``committed`` is the last committed txid (from
-        the batch tuple). ``emit_row`` goes straight to the spout: it runs once per row."""
-        if self.opaque:
+                   emit_row: Callable[[list], Any], meta: Any = None) -> None:
+        """This task's part of batch ``attempt``; ``committed`` is the last committed txid and
+        ``meta`` a generic spout's metadata (both from the batch tuple). ``emit_row`` goes
+        straight to the spout: it runs once per row."""
+        if self.generic:
+            self.spout.emit_batch(attempt, meta, emit_row)  # the coordinator recorded meta already
+        elif self.opaque:
             self._emit_opaque_batch(attempt, emit_row)
         else:
             self._emit_partitioned_batch(attempt, committed, emit_row)

@@ -50,6 +50,11 @@ class TxProgress:
         self._span_from: float | None = None  # the commit the span starts at
         self._span_last: float | None = None
         self._span_commits = 0  # commits after _span_from
+        self.failure: tuple[int, int, str] | None = None  # (txid, failures, why) until it commits
+
+    def failed(self, txid: int, failures: int, reason: str) -> None:
+        """A batch attempt failed: the next line says so, and why, until that txid commits."""
+        self.failure = (txid, failures, reason)
 
     def batch_started(self, txid: int, now: float) -> None:
         self._batch_started[txid] = now  # a replay restarts the clock: its own attempt is timed
@@ -68,6 +73,8 @@ class TxProgress:
             self._commit.append((now - t) * 1000.0)
         self.commits += 1
         self.last_committed = txid
+        if self.failure is not None and txid >= self.failure[0]:
+            self.failure = None
         if self._span_from is None:
             self._span_from = now
         else:
@@ -80,8 +87,17 @@ class TxProgress:
         if not self.every or (now < self._next and not force):
             return None
         self._next = now + self.every
+        failing = ""
+        if self.failure is not None:
+            txid, n, why = self.failure
+            failing = f"; batch txid {txid} failed {n} time(s), last: {why}"
         if not self.commits:
-            return None
+            if not failing:
+                return None
+            # Nothing committed: the line says which batch holds the run back, and why.
+            self._since = now
+            return (f"transactional {self.tx_id}: no commit since the last line (committed through txid "
+                    f"{self.last_committed if self.last_committed is not None else '-'}){failing}")
         secs = now - self._since
         p_ms = statistics.median(self._processing) if self._processing else None
         c_ms = statistics.median(self._commit) if self._commit else None
@@ -89,7 +105,7 @@ class TxProgress:
         commit = f"{c_ms:.1f} ms" if c_ms is not None else "-"
         line = (f"transactional {self.tx_id}: committed through txid {self.last_committed} "
                 f"({self.commits} in {secs:.1f} s, {self.commits / secs:.1f} commits/s); median batch "
-                f"processing {proc}, commit {commit}; {in_flight} batch(es) in flight")
+                f"processing {proc}, commit {commit}; {in_flight} batch(es) in flight{failing}")
         # A hint needs a few commits' figures: a handful of batches at the end of a run says little.
         if p_ms is not None and c_ms is not None and self._span_commits >= 5:
             period_ms = (self._span_last - self._span_from) * 1000.0 / self._span_commits

@@ -1,5 +1,5 @@
-"""Transactional spout contracts (partitioned: identical replays; opaque: replays may differ)
-and the in-memory one."""
+"""Transactional spout contracts (generic: a coordinator makes each batch's metadata;
+partitioned: identical replays per partition; opaque: replays may differ) and the in-memory one."""
 
 from __future__ import annotations
 
@@ -37,7 +37,48 @@ class PartitionedTransactionalSpout:
         raise NotImplementedError
 
 
-TransactionalSpout = PartitionedTransactionalSpout
+class TransactionalSpout:
+    """Storm's ITransactionalSpout: a coordinator part and an emitter part.
+
+    Coordinator (one task, ``coord-<spout id>``): ``initialize_transaction(txid, prev_meta,
+    tx_state) -> meta`` describes batch ``txid`` (e.g. ``[start, count]``), given the previous
+    batch's metadata (None for the first). The runtime stores ``meta`` in Redis under the txid
+    (JSON: lists, dicts, str, numbers, None) before the batch is emitted, and every attempt of
+    that txid, also after a worker or driver restart, gets exactly that metadata; it is called
+    once per txid. ``tx_state`` is the spout's own small store in Redis (``get(key, default)``,
+    ``put(key, value)``, JSON values), written together with ``meta``.
+
+    Emitter (every task of the spout's component, all-grouped on the batch stream):
+    ``emit_batch(tx, meta, emit)`` emits this task's part of the batch, the same rows for the
+    same ``meta`` every time; ``emit(values)`` takes the values of ``fields`` (the attempt is
+    put in front). ``open(conf, context)`` runs on each: ``context.task_index`` and
+    ``context.parallelism`` split the batch between emitter tasks.
+
+    ``is_ready()``: new data may be available (False: no new txid starts; replays still do).
+    ``exhausted(meta)``: nothing remains after the newest batch's ``meta`` (None before the
+    first): a bounded spout's end, the run completes once everything is committed.
+    """
+
+    fields: list[str] = []
+
+    def open(self, conf: dict, context: Any) -> None:
+        pass
+
+    def is_ready(self) -> bool:
+        return True
+
+    def exhausted(self, meta: Any) -> bool:
+        return False
+
+    def initialize_transaction(self, txid: int, prev_meta: Any, tx_state: Any) -> Any:
+        raise NotImplementedError
+
+    def emit_batch(self, tx, meta: Any, emit: Callable[[list], Any]) -> None:
+        raise NotImplementedError
+
+
+def is_generic(spout: Any) -> bool:
+    return isinstance(spout, TransactionalSpout)
 
 
 class OpaquePartitionedTransactionalSpout:

@@ -20,6 +20,7 @@ class Control:
     BARRIER_DONE = "barrier_done"  # exactly-once: a spout task's barrier tree completed
     COMMITTED = "committed"  # exactly-once: this worker committed checkpoint txid
     EO_FAILURE = "eo_failure"  # exactly-once: something failed; roll every task back
+    RUN_FAILED = "run_failed"  # component, task, error: a component gave up; end the run failed
     # supervisor -> worker
     PEERS = "peers"  # worker index -> data address
     PROBE = "probe"  # seq: answer with PROBE_REPLY

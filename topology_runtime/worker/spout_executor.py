@@ -54,6 +54,7 @@ class SpoutExecutor(BaseExecutor):
         instance.emit = self.emit
         instance.emit_direct = self.emit_direct
         instance.finish = self.finish
+        instance.fail_run = self.fail_run
 
     def emit(self, values, msg_id: Any = None, stream: str = DEFAULT_STREAM) -> list[int]:
         route = self._route(stream, False)
@@ -71,6 +72,13 @@ class SpoutExecutor(BaseExecutor):
 
     def finish(self) -> None:
         self.finished = True
+
+    def fail_run(self, error: str) -> None:
+        """End the whole run as failed with ``error`` (for a system spout that knows no retry can
+        help, e.g. a transactional coordinator past its attempts); this task emits no more."""
+        self.deactivated = True
+        if self.port.fail_run is not None:
+            self.port.fail_run(self.component, self.task, error)
 
     def emit_barrier(self, txid: int) -> None:
         """Exactly-once: the position is snapshotted (by the worker) and the barrier follows this

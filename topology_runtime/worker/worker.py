@@ -128,7 +128,7 @@ class Worker:
             deliver=self.deliver, enqueue=lambda ex, tup: self.queue.append((ex, tup)),
             record_error=self.record_error, run_off_loop=self.run_off_loop, barrier_done=self.barrier_done,
             exactly_once_failure=self.exactly_once_failure, preferred_acker_slot=self.preferred_acker_slot,
-            n_ackers=self.n_ackers, streams=self.streams, exactly_once=self.exactly_once)
+            n_ackers=self.n_ackers, streams=self.streams, exactly_once=self.exactly_once, fail_run=self.fail_run)
 
     # --- what executors may call, through their WorkerPort ----------------------------------------------------------------
     def preferred_acker_slot(self, _counter=[0]) -> int:  # noqa: B006 - spreads spouts over local ackers
@@ -199,6 +199,13 @@ class Worker:
             self._eo_failed = True
             log.warning("exactly-once: %s; asking for a rollback to the last checkpoint", reason)
             self.control.send({"t": Control.EO_FAILURE, "w": self.index, "inc": self.spec.incarnation, "reason": reason})
+
+    def fail_run(self, component: str, task: int, error: str) -> None:
+        """A component gave up (a transactional batch failed topology.transactional.max.attempts
+        times): the supervisor ends the run ``failed`` with ``error``."""
+        log.error("%s[%d]: %s; asking the supervisor to end the run as failed", component, task, error)
+        self.control.send({"t": Control.RUN_FAILED, "w": self.index, "inc": self.spec.incarnation,
+                           "component": component, "task": task, "error": error})
 
     def eo_commit(self, txid: int) -> None:
         self.eo.commit(txid)
