@@ -177,6 +177,7 @@ class CoordinatedBolt(Bolt):
             self.emitter = TransactionalEmitter.open(self.emitter_of, conf, context, self.tx_id)
             self._tx_state = self.emitter.state
         self._rows: dict[int, tuple[Tuple, _Pending]] = {}  # per-tuple bolts: id(row) -> row, its input
+        self._failed: dict[TransactionAttempt, None] = {}  # attempts this task failed (oldest first)
         if self.kind in (BASIC, PLAIN):  # one instance for the task; its actions go through here
             d = self.delegate
             d.emit, d.emit_direct = self._delegate_emit, self._delegate_emit_direct
@@ -263,7 +264,7 @@ class CoordinatedBolt(Bolt):
             for k in [k for k, (_, q) in self._rows.items() if q is p]:
                 del self._rows[k]
             self._forget(p.attempt)
-            self._apply(self.tracker.regular_failed(p.attempt))
+            self._batch_failed(p.attempt)
             if not raised:
                 self.fail(p.tup)
             return
@@ -272,6 +273,15 @@ class CoordinatedBolt(Bolt):
             f = self.tracker.regular_acked(p.attempt)
             if f is NOTHING or not self._apply(f, anchor=p.tup):
                 self.ack(p.tup)
+
+    def _batch_failed(self, attempt: TransactionAttempt) -> None:
+        self._mark_failed(attempt)
+        self._apply(self.tracker.regular_failed(attempt))
+
+    def _mark_failed(self, attempt: TransactionAttempt) -> None:
+        self._failed[attempt] = None
+        if len(self._failed) > 4096:  # attempts are never reused: the oldest can go
+            del self._failed[next(iter(self._failed))]
 
     def _forget(self, attempt: TransactionAttempt) -> None:
         """Drop what this task holds for an attempt that finished, failed or timed out."""
@@ -327,6 +337,7 @@ class CoordinatedBolt(Bolt):
     def execute(self, tup: Tuple):
         if tup.is_tick():
             for f in self.tracker.tick():
+                self._mark_failed(f.id)
                 self._forget(f.id)
                 if self._rows:  # a plain Bolt that never acked them
                     for k in [k for k, (_, q) in self._rows.items() if q.attempt == f.id]:
@@ -341,6 +352,12 @@ class CoordinatedBolt(Bolt):
             attempt = self._last_attempt = attempt_of(first)
             self._last_wire = wire(attempt)
         stream = tup.info.stream
+        if attempt in self._failed:
+            # This task failed the attempt: its tracking is gone, so a late count or commit tuple
+            # would start it afresh and wait until it times out. Failing it fails the batch's
+            # tree now (Storm fails an id/coord tuple it has no tracking for); data is dropped.
+            (self.ack if stream not in (COORD_STREAM, COMMIT_STREAM) else self.fail)(tup)
+            return
         if stream == COORD_STREAM:
             self._apply(self.tracker.coord(attempt, int(tup.values[1]), tup))
         elif self.id_stream and stream == COMMIT_STREAM:
@@ -350,7 +367,7 @@ class CoordinatedBolt(Bolt):
                 self._emit_batch(attempt, tup)
             except Exception as e:
                 self._record_failure(attempt, "emit_batch", e)
-                self._apply(self.tracker.regular_failed(attempt))  # forget this attempt; the batch fails
+                self._batch_failed(attempt)  # forget this attempt; the batch fails
                 raise
             # Counts go out anchored to the batch tuple *before* it is acked (Storm's order), so
             # its tree completes only when every downstream task finished the batch.
@@ -369,7 +386,7 @@ class CoordinatedBolt(Bolt):
                     batch.execute(Tuple([attempt, *tup.values[1:]], tup.info, tup.source_task, tup.anchors))
             except Exception as e:
                 self._record_failure(attempt, "execute", e)
-                self._apply(self.tracker.regular_failed(attempt))
+                self._batch_failed(attempt)
                 raise
             f = self.tracker.regular_acked(attempt)
             if f is NOTHING or not self._apply(f, anchor=tup):
@@ -404,6 +421,7 @@ class CoordinatedBolt(Bolt):
                 except Exception as e:
                     self._record_failure(f.id, "finish_batch", e)
                     self._chunks.pop(f.id, None)
+                    self._mark_failed(f.id)
                     f2 = self.tracker.finish_failed(f.id)
                     for t in f.ack + f2.fail:
                         self.fail(t)
@@ -455,6 +473,7 @@ class CoordinatedBolt(Bolt):
             if error is not None:  # fail what was held: the coordinator replays the batch
                 self._record_failure(f.id, "finish_batch", error)
                 self._chunks.pop(f.id, None)
+                self._mark_failed(f.id)
                 f2 = self.tracker.finish_failed(f.id)
                 self.tracker.done(f.id)
                 for t in f.ack + f2.fail + ([anchor] if anchor is not None else []):
