@@ -1,0 +1,111 @@
+"""Components for tests/test_windowing.py (they run in worker processes, Spark's too, and report
+to the Redis at user config ``test.redis.url`` under ``test.key``)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import redis
+
+from topology_runtime import Bolt, Spout
+from topology_runtime.windowing import WindowedBolt
+
+
+def _redis(conf) -> redis.Redis:
+    return redis.Redis.from_url(conf["test.redis.url"], decode_responses=True)
+
+
+class ScriptSpout(Spout):
+    """Emits ``items`` in order, each ``[n, ts]`` with msg id ``n``: ``ts`` is the item's own
+    event time, or the wall clock in ms when None. A ``("pause", secs)`` item waits that long
+    (without blocking the loop). Finishes once everything is acked; failed ids are replayed."""
+
+    outputs = ["n", "ts"]
+
+    def __init__(self, items: list, every: float = 0.0) -> None:
+        self.items = items
+        self.every = every
+
+    def open(self, conf, context):
+        self.todo = list(reversed(self.items))
+        self.retry: list = []
+        self.pending: dict[int, list] = {}
+        self.not_before = 0.0
+
+    def next_tuple(self):
+        now = time.monotonic()
+        if now < self.not_before:
+            return
+        if self.retry:
+            n = self.retry.pop(0)
+            self.emit(self.pending[n], msg_id=n)
+            return
+        if not self.todo:
+            if not self.pending:
+                self.finish()
+            return
+        item = self.todo.pop()
+        if item[0] == "pause":
+            self.not_before = now + item[1]
+            return
+        n, ts = item
+        values = [n, int(time.time() * 1000) if ts is None else ts]
+        self.pending[n] = values
+        self.emit(values, msg_id=n)
+        self.not_before = now + self.every
+
+    def ack(self, msg_id):
+        self.pending.pop(msg_id, None)
+
+    def fail(self, msg_id):
+        self.retry.append(msg_id)
+
+
+class WindowRecorder(WindowedBolt):
+    """Records every window to ``<key>:windows`` (JSON: all/new/expired n's, start, end) and
+    emits the window's size, anchored to it. ``fail_on``: the first window holding that n raises
+    (once per task)."""
+
+    outputs = ["size"]
+
+    def __init__(self, fail_on: int | None = None) -> None:
+        self.fail_on = fail_on
+
+    def prepare(self, conf, context):
+        self.r = _redis(conf)
+        self.key = conf.get("test.key", "w")
+        self.raised = False
+
+    def execute(self, window):
+        ns = [t["n"] for t in window.get()]
+        rec = {"all": ns, "new": [t["n"] for t in window.get_new()],
+               "expired": [t["n"] for t in window.get_expired()],
+               "ts": [t["ts"] for t in window.get()], "start": window.start_ts, "end": window.end_ts}
+        if self.fail_on in ns and not self.raised:
+            self.raised = True
+            self.r.rpush(f"{self.key}:failed", json.dumps(rec))
+            raise RuntimeError(f"window holding {self.fail_on} fails once")
+        self.r.rpush(f"{self.key}:windows", json.dumps(rec))
+        self.emit([len(ns)])
+
+
+class LateRecorder(Bolt):
+    """Records what arrives on the late tuple stream to ``<key>:late``."""
+
+    outputs: list = []
+
+    def prepare(self, conf, context):
+        self.r = _redis(conf)
+        self.key = conf.get("test.key", "w")
+
+    def execute(self, tup):
+        self.r.rpush(f"{self.key}:late", json.dumps(tup["late_tuple"]))
+        self.ack(tup)
+
+
+class Sink(Bolt):
+    outputs: list = []
+
+    def execute(self, tup):
+        self.ack(tup)
