@@ -9,7 +9,7 @@ import time
 import redis
 
 from topology_runtime import Bolt, Spout
-from topology_runtime.windowing import WindowedBolt
+from topology_runtime.windowing import StatefulWindowedBolt, WindowedBolt
 
 
 def _redis(conf) -> redis.Redis:
@@ -108,4 +108,46 @@ class Sink(Bolt):
     outputs: list = []
 
     def execute(self, tup):
+        self.ack(tup)
+
+
+class KeyedWindowCount(StatefulWindowedBolt):
+    """Counts each key's tuples per window and emits ``[end, key, n]``; keeps each key's running
+    total (over evaluated windows) in its own state beside the window's."""
+
+    outputs = ["end", "key", "n"]
+
+    def init_state(self, state):
+        self.totals = state
+
+    def execute(self, window):
+        counts: dict[str, int] = {}
+        for t in window.get():
+            counts[t["key"]] = counts.get(t["key"], 0) + 1
+        for key, n in sorted(counts.items()):
+            self.totals.put(key, self.totals.get(key, 0) + n)
+            self.emit([window.end_ts, key, n])
+
+
+class WindowResultSink(Bolt):
+    """Writes each ``[end, key, n]`` once to the hash ``<key>:result`` (field ``end:key``); an
+    emission of the same window with another value goes to ``<key>:conflicts``; every emission
+    is counted in ``<key>:emits``."""
+
+    outputs: list = []
+
+    def prepare(self, conf, context):
+        self.r = _redis(conf)
+        self.key = conf.get("test.key", "w")
+
+    def execute(self, tup):
+        end, key, n = tup.values
+        field = f"{end}:{key}"
+        pipe = self.r.pipeline()
+        pipe.hsetnx(f"{self.key}:result", field, n)
+        pipe.hget(f"{self.key}:result", field)
+        pipe.hincrby(f"{self.key}:emits", field, 1)
+        _, stored, _ = pipe.execute()
+        if int(stored) != int(n):
+            self.r.rpush(f"{self.key}:conflicts", json.dumps([field, int(stored), int(n)]))
         self.ack(tup)

@@ -88,12 +88,7 @@ def _execute_tuple(self: WindowedBolt, tup: Tuple) -> None:
     if self._wmgen.track((tup.info.component, tup.info.stream), ts):
         wm.add(tup, ts)
         return
-    # Late: older than a watermark already passed; its windows have been evaluated.
-    if self._late_stream is not None:
-        self._raw_emit([list(tup.values)], [tup], self._late_stream)
-    else:
-        self._late_dropped += 1
-    self.ack(tup)
+    self._late(tup)
 
 
 class WindowedBolt(Bolt):
@@ -251,6 +246,15 @@ class WindowedBolt(Bolt):
     def _window_emit_direct(self, task: int, values, anchors=None, stream: str = DEFAULT_STREAM) -> list[int]:
         return self._raw_emit_direct(task, values, self._anchors if anchors is None else anchors, stream)
 
+    def _late(self, tup: Tuple) -> None:
+        """Older than a watermark already passed (its windows have been evaluated): to the late
+        tuple stream, or dropped with a count; acked either way."""
+        if self._late_stream is not None:
+            self._raw_emit([list(tup.values)], [tup], self._late_stream)
+        else:
+            self._late_dropped += 1
+        self.ack(tup)
+
     def _expire(self, tuples: list) -> None:
         ack = self.ack
         for t in tuples:
@@ -259,14 +263,11 @@ class WindowedBolt(Bolt):
     def _activate(self, tuples: list, new: list, expired: list, ref: int) -> None:
         length = self._window_length
         start = ref - length.ms if isinstance(length, Duration) else None
-        self._anchors = tuples
+        self._anchors = self._window_anchors(tuples)
         try:
             self.execute_window(TupleWindow(tuples, new, expired, start, ref))
         except Exception as e:  # noqa: BLE001 - a user bug fails the window's tuples, the worker goes on
-            fail = self.fail
-            for t in tuples:
-                fail(t)
-            self._wm.discard(tuples)  # failed: the spouts replay them; they must not be acked later
+            self._window_failed(tuples)
             if not isinstance(e, FailedException):
                 report = getattr(self, "report_error", None)
                 if report is not None:
@@ -275,6 +276,15 @@ class WindowedBolt(Bolt):
                     log.exception("%s: execute(window) raised", self._window_id)
         finally:
             self._anchors = None
+
+    def _window_anchors(self, tuples: list) -> list:
+        return tuples
+
+    def _window_failed(self, tuples: list) -> None:
+        fail = self.fail
+        for t in tuples:
+            fail(t)
+        self._wm.discard(tuples)  # failed: the spouts replay them; they must not be acked later
 
     @property
     def late_tuples_dropped(self) -> int:
