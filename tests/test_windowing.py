@@ -138,3 +138,34 @@ def test_message_timeout_must_exceed_window_length_plus_sliding(redis_url, clust
     b.set_bolt("b", WindowedBolt()).global_grouping("src")
     with pytest.raises(TopologyError, match=r"(?s)'a': a late tuple stream.*'b': a windowed bolt needs with_window"):
         b.create_topology()
+
+
+def test_sliding_window_top_n_example(redis_url, r, cluster_factory):
+    """examples/window_topn.py on event-time data: each window's ranking equals the truth."""
+    import random as _random
+
+    from examples.window_topn import pageview, top_n, topn_topology
+
+    t0, step, n = 1_000_000, 4, 3000  # 12 s of event time
+    rng = _random.Random(3)
+    events = [(pageview(rng), t0 + step * i) for i in range(n)]
+    pipe = r.pipeline(transaction=False)
+    for page, ts in events:
+        pipe.xadd("test:pageviews", {"page": page, "ts": ts})
+    pipe.execute()
+    topo = topn_topology("test:pageviews", top=3, length=2, sliding=1, lag=0.1)
+    run = cluster_factory(2).submit("wtopn", topo, conf(redis_url, **{"redis.url": redis_url, "topn.prefix": "t",
+                                                           "topology.max.spout.pending": 5000}))
+    ends = list(range(t0 + 1000, t0 + 10_001, 1000))
+
+    def truth(end):
+        views: dict[str, int] = {}
+        for page, ts in events:
+            if end - 2000 < ts <= end:
+                views[page] = views.get(page, 0) + 1
+        return sorted(views.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+
+    assert wait_for(lambda: int(r.get("t:latest") or 0) > ends[-1], 30), run.status()
+    for end in ends:
+        assert top_n(r, end, 3, prefix="t") == truth(end), end
+    run.kill()
