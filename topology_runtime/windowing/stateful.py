@@ -23,6 +23,7 @@ What changes against ``WindowedBolt``:
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 from typing import Any
 
@@ -244,6 +245,7 @@ class StatefulWindowedBolt(WindowedBolt, StatefulBolt):
                 self._written[p] = (len(part), part[-1][0])
         rows.sort(key=lambda r: r[0])
         prev_ranges = meta["prev"]
+        starts = [a for a, _ in prev_ranges]
         queue: deque[Event] = deque()
         prev: set[int] = set()
         seqmap = self._seq
@@ -253,7 +255,8 @@ class StatefulWindowedBolt(WindowedBolt, StatefulBolt):
             queue.append(ev)
             s = row[0]
             seqmap[id(t)] = s
-            if any(a <= s <= b for a, b in prev_ranges):
+            i = bisect_right(starts, s) - 1
+            if i >= 0 and s <= prev_ranges[i][1]:
                 prev.add(id(ev))
         wm.queue, wm.prev_window, wm.since_expiry = queue, prev, 0
         wm.expired = [tup(r) for r in meta["expired"]]
