@@ -90,39 +90,35 @@ class WindowManager:
         window: list[Event] = []
         evict = self.eviction.evict
         q = self.queue
-        keep: deque[Event] | None = None
-        # Expired events are mostly at the head; removal elsewhere rebuilds the deque once.
-        i = 0
-        n = len(q)
-        while i < n:
-            ev = q[i]
+        # Iterate, never index: a deque's q[i] walks its blocks (O(n) in the middle), which made
+        # a full scan quadratic in the window's size. Expired events are mostly a prefix of the
+        # queue (popped in place); removal elsewhere rebuilds the deque once.
+        prefix = True  # every event seen so far expired
+        scattered = False
+        for ev in q:
             action = evict(ev)
             if action == EXPIRE:
                 expire.append(ev)
-                if keep is None:
-                    keep = deque()
-                    for j in range(i):
-                        keep.append(q[j])
-            else:
-                if keep is not None:
-                    keep.append(ev)
-                if not full or action == STOP:
-                    i += 1
-                    break
-                if action == PROCESS:
-                    window.append(ev)
-            i += 1
-        if keep is not None:
-            while i < n:
-                keep.append(q[i])
-                i += 1
-            self.queue = keep
+                if not prefix:
+                    scattered = True
+                continue
+            prefix = False
+            if not full or action == STOP:
+                break
+            if action == PROCESS:
+                window.append(ev)
         self.since_expiry = 0
         if expire:
+            if scattered:
+                gone = {id(e) for e in expire}
+                self.queue = deque(e for e in q if id(e) not in gone)
+            else:
+                popleft = q.popleft
+                for _ in range(len(expire)):
+                    popleft()
             vals = [e.value for e in expire]
             self.expired.extend(vals)
-            for e in expire:
-                self.prev_window.discard(id(e))
+            self.prev_window.difference_update(map(id, expire))
             self.on_expiry(vals)
         return window
 
