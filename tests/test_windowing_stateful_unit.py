@@ -191,3 +191,10 @@ def test_window_longer_than_the_message_timeout_is_allowed():
     b.set_bolt("win", Recorder().with_window(Duration(120)).with_timestamp_field("ts")).global_grouping("src") \
         .add_configuration("topology.message.timeout.secs", 30)
     b.create_topology()  # acks wait for the checkpoint, not for the window
+
+
+def test_window_state_of_another_format_is_refused_naming_the_bolt():
+    state = PackedState()
+    state.put("__window", {"format": 99})
+    with pytest.raises(ValueError, match=r"win\[5\]: window state format 99 is not 1"):
+        make(event_time_spec(Duration(1)), state)

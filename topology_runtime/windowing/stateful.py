@@ -229,10 +229,9 @@ class StatefulWindowedBolt(WindowedBolt, StatefulBolt):
         if meta.get("format") != FORMAT:
             raise ValueError(f"{self._window_id}: window state format {meta.get('format')!r} is not {FORMAT} "
                              "(written by another version)")
-        infos = []
-        for component, stream, fields in meta["streams"]:
-            self._stream_index(StreamInfo(-2, component, stream, fields))
-            infos.append(StreamInfo(-2, component, stream, fields))
+        infos = [StreamInfo(-2, component, stream, fields) for component, stream, fields in meta["streams"]]
+        for info in infos:
+            self._stream_index(info)
 
         def tup(row: list) -> Tuple:
             return Tuple(list(row[1]), infos[row[3]], row[4], None)  # no tree: its ack was given at the checkpoint
