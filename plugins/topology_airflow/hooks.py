@@ -22,6 +22,7 @@ from state import RecoveryReport, recover
 from state.checkpoint import COMMITTED, load_checkpoint
 from state.layout import ctl_key
 from state.transactional import current_txid
+from topology_runtime.api.exit_codes import ExitCode
 from topology_runtime.api.status import FINAL_STATES
 from topology_runtime.control.control_plane import ControlPlane, RunRecord, status_from_dict
 from topology_runtime.control.reporter import progress_line
@@ -31,8 +32,8 @@ from topology_runtime.launchers.spark import DRIVER_SCRIPT, SubmitParts, driver_
 _LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d|\d\d/\d\d/\d\d \d\d:\d\d:\d\d)")
 
 
-# The driver's own one-line reasons for not running: a rejected topology (exit 4), an id already
-# live (exit 5), a failed run's summary ("error: ...").
+# The driver's own one-line reasons for not running: a rejected topology (ExitCode.INVALID), an
+# id already live (ExitCode.ALREADY_LIVE), a failed run's summary ("error: ...").
 _REASON = re.compile(r"^(error: .+|topology '.+' rejected: .+)$")
 _EXIT_CODE = re.compile(r"Error code is: (-?\d+)")
 _GONE_POLLS = 3  # polls without a lease and without a final state: the driver vanished
@@ -63,9 +64,9 @@ def submit_failure(name: str, reason: str | None, code: int | None) -> str:
     if reason is None:
         return f"topology {name!r}: spark-submit failed before the driver gave a reason"
     text = reason.removeprefix("error: ")
-    if code == 1:
+    if code == ExitCode.FAILED:
         return f"topology {name!r} failed: {text}"
-    if code == 2:
+    if code == ExitCode.KILLED:
         return f"topology {name!r} was killed: {text}"
     return text
 

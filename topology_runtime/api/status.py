@@ -6,9 +6,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from .exit_codes import ExitCode
+
 STARTING, RUNNING, COMPLETED, KILLED, FAILED = "starting", "running", "completed", "killed", "failed"
 FINAL_STATES = (COMPLETED, KILLED, FAILED)
-EXIT_CODES = {COMPLETED: 0, FAILED: 1, KILLED: 2}
+EXIT_CODES = {COMPLETED: ExitCode.COMPLETED, FAILED: ExitCode.FAILED, KILLED: ExitCode.KILLED}
 
 _GROWTH = math.log(1.05)  # 5% wide buckets
 
@@ -104,8 +106,8 @@ class RunStatus:
         return self.state in FINAL_STATES
 
     @property
-    def exit_code(self) -> int:
-        return EXIT_CODES.get(self.state, 3)
+    def exit_code(self) -> ExitCode:
+        return EXIT_CODES.get(self.state, ExitCode.UNFINISHED)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -11,11 +11,9 @@ from collections.abc import Sequence
 
 from ..api.builder import TopologyError
 from ..api.config import ConfigError, coerce_cli_value
+from ..api.exit_codes import ExitCode
 from ..api.status import FINAL_STATES
 from ..control.control_plane import RunAlreadyLive
-
-EXIT_INVALID = 4  # an invalid topology, config, id or argument: nothing was started or written
-EXIT_REDIS = 9  # Redis cannot be reached or refused the credentials
 
 
 def _conf_pairs(pairs: Sequence[str] | None) -> dict:
@@ -61,10 +59,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                 status = run.kill()
     except (TopologyError, ConfigError) as e:
         print(f"topology: {e}", file=sys.stderr)
-        return EXIT_INVALID
+        return ExitCode.INVALID
     except RunAlreadyLive as e:
         print(f"topology: {e}", file=sys.stderr)
-        return 5
+        return ExitCode.ALREADY_LIVE
     assert status.state in FINAL_STATES
     return status.exit_code
 
@@ -84,7 +82,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
                              args.python_env, args.executor_python)
     except ShippingError as e:
         print(f"topology: {e}", file=sys.stderr)
-        return 4
+        return ExitCode.INVALID
     for note in parts.notes:
         print(f"shipping {note}", file=sys.stderr, flush=True)
     cmd = spark_submit_command(args.master, driver_args(args.name, args.topology, None, args.workers, conf, url,
@@ -128,9 +126,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     rec = ControlPlane(_redis(args)).get(args.id)
     if rec is None:
         print(f"topology: no run named {args.id!r} is known to this Redis", file=sys.stderr)
-        return 6
+        return ExitCode.NO_SUCH_RUN
     _print_record(rec)
-    return 0
+    return ExitCode.COMPLETED
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -141,7 +139,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         print("no runs")
     for rec in recs:
         _print_record(rec, verbose=False)
-    return 0
+    return ExitCode.COMPLETED
 
 
 def cmd_kill(args: argparse.Namespace) -> int:
@@ -150,17 +148,17 @@ def cmd_kill(args: argparse.Namespace) -> int:
     cp = ControlPlane(_redis(args))
     if not cp.request_kill(args.id, drain=args.drain):
         print(f"topology: no live run named {args.id!r}", file=sys.stderr)
-        return 6
+        return ExitCode.NO_SUCH_RUN
     print(f"{'drain' if args.drain else 'kill'} requested for {args.id!r}; waiting for it to stop", flush=True)
     deadline = time.monotonic() + args.wait
     while time.monotonic() < deadline:
         if not cp.is_live(args.id):
             rec = cp.get(args.id)
             print(f"{args.id}: {rec.state if rec else 'stopped'}")
-            return 0
+            return ExitCode.COMPLETED
         time.sleep(0.2)
     print(f"topology: {args.id!r} still live after {args.wait}s", file=sys.stderr)
-    return 7
+    return ExitCode.STILL_LIVE
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
@@ -172,12 +170,12 @@ def cmd_recover(args: argparse.Namespace) -> int:
                          allow_unknown=args.allow_unknown)
     except UnknownTopology as e:  # a typo or the wrong Redis: the message names ids it knows
         print(f"topology: {e}", file=sys.stderr)
-        return 6  # no such run
+        return ExitCode.NO_SUCH_RUN
     except RecoveryRefused as e:
         print(f"topology: recovery refused: {e}", file=sys.stderr)
-        return 8
+        return ExitCode.REFUSED
     print(report.text())
-    return 0
+    return ExitCode.COMPLETED
 
 
 def cmd_reset(args: argparse.Namespace) -> int:
@@ -187,9 +185,9 @@ def cmd_reset(args: argparse.Namespace) -> int:
         n = reset(args.id, _redis(args))
     except RecoveryRefused as e:
         print(f"topology: reset refused: {e}", file=sys.stderr)
-        return 8
+        return ExitCode.REFUSED
     print(f"deleted {n} key(s) of topology {args.id!r}")
-    return 0
+    return ExitCode.COMPLETED
 
 
 def cmd_redis(args: argparse.Namespace) -> int:
@@ -200,10 +198,7 @@ def cmd_redis(args: argparse.Namespace) -> int:
         print("project-local Redis stopped")
     else:
         print(project_redis_url())
-    return 0
-
-
-EXIT_DRPC_FAILED, EXIT_DRPC_TIMEOUT = 10, 11  # the request failed in the topology / got no answer in time
+    return ExitCode.COMPLETED
 
 
 def cmd_drpc(args: argparse.Namespace) -> int:
@@ -214,26 +209,26 @@ def cmd_drpc(args: argparse.Namespace) -> int:
         check_function(args.function)
     except ValueError as e:
         print(f"topology: {e}", file=sys.stderr)
-        return EXIT_INVALID
+        return ExitCode.INVALID
     if args.timeout <= 0:
         print(f"topology: --timeout: must be > 0 seconds, got {args.timeout}", file=sys.stderr)
-        return EXIT_INVALID
+        return ExitCode.INVALID
     with DRPCClient(_redis(args)) as client:
         try:
             print(client.execute(args.function, args.args, timeout=args.timeout), flush=True)
         except DRPCTimeoutException as e:
             print(f"topology: {e}", file=sys.stderr)
-            return EXIT_DRPC_TIMEOUT
+            return ExitCode.DRPC_TIMEOUT
         except DRPCExecutionException as e:
             print(f"topology: {e}", file=sys.stderr)
-            return EXIT_DRPC_FAILED
-    return 0
+            return ExitCode.DRPC_FAILED
+    return ExitCode.COMPLETED
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # a usage error is invalid input (4), never 2 (which means killed)
+    def error(self, message: str):  # a usage error is invalid input, never argparse's 2 (which means killed)
         self.print_usage(sys.stderr)
-        self.exit(EXIT_INVALID, f"{self.prog}: error: {message}\n")
+        self.exit(ExitCode.INVALID, f"{self.prog}: error: {message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -291,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("--dry-run", action="store_true", help="report what would be done, change nothing")
     rc.add_argument("--allow-unknown", action="store_true",
                     help="an id Redis has no record of is a first run (nothing to recover, exit 0) "
-                         "instead of an error (exit 6)")
+                         f"instead of an error (exit {ExitCode.NO_SUCH_RUN})")
     rc.add_argument("--redis")
     rc.set_defaults(func=cmd_recover)
 
@@ -303,7 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     dr = sub.add_parser("drpc", help="call a DRPC function served by a running topology; prints the result")
     dr.add_argument("function")
     dr.add_argument("args", help="the request's argument string")
-    dr.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer (exit 11 after)")
+    dr.add_argument("--timeout", type=float, default=30.0, help=f"seconds to wait for the answer (exit {ExitCode.DRPC_TIMEOUT} after)")
     dr.add_argument("--redis")
     dr.set_defaults(func=cmd_drpc)
 
@@ -329,18 +324,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args)
     except (InvalidTopologyId, TopologyError, ConfigError) as e:
         print(f"topology: {e}", file=sys.stderr)
-        return EXIT_INVALID
+        return ExitCode.INVALID
     except redis.AuthenticationError as e:
         print(f"topology: Redis refused the credentials ({e}); check the password in the URL", file=sys.stderr)
-        return EXIT_REDIS
+        return ExitCode.REDIS_UNAVAILABLE
     except redis.ResponseError as e:
         if "NOAUTH" not in str(e) and "WRONGPASS" not in str(e):
             raise
         print(f"topology: Redis refused the credentials ({e}); check the password in the URL", file=sys.stderr)
-        return EXIT_REDIS
+        return ExitCode.REDIS_UNAVAILABLE
     except redis.ConnectionError as e:
         print(f"topology: cannot reach Redis: {e}", file=sys.stderr)
-        return EXIT_REDIS
+        return ExitCode.REDIS_UNAVAILABLE
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ The driver plans the topology, takes the run's lease in Redis, and runs ONE barr
 tasks, each hosting one worker (the same worker code as LocalCluster); the tasks exchange
 addresses with ``BarrierTaskContext.allGather``. A failed barrier stage is not retried by Spark,
 so the driver relaunches it with a new epoch (kept in Redis), at most ``topology.max.restarts``
-times. The exit code is 0 only for a completed run (1 failed, 2 killed, 4 the topology cannot be
-loaded or placed, 5 already live).
+times. The exit code (``ExitCode``) is 0 only for a completed run (1 failed, 2 killed, 4 the
+topology cannot be loaded or placed, 5 already live).
 
 Failures a relaunch cannot fix end the run at once, with the executor's Python traceback in
 this log and in the run's status (``spark_failures``): the topology's code or the interpreter
@@ -33,6 +33,7 @@ from state.connection import redacted
 
 from ..api.builder import TopologyError
 from ..api.config import ConfigError, coerce_cli_value, resolve_config
+from ..api.exit_codes import ExitCode
 from ..api.status import FAILED
 from ..control.control_plane import ControlPlane, LeaseKeeper, RunAlreadyLive
 from ..control.reporter import RunReporter
@@ -44,8 +45,6 @@ from .local import load_topology
 from .spark_placement import Placement
 
 log = logging.getLogger("topology.driver")
-EXIT_ALREADY_LIVE = 5
-EXIT_BAD_TOPOLOGY = 4
 
 
 def _barrier_partition(name: str, plan, control_address: str, secret: bytes, epoch: int, token: int):
@@ -81,7 +80,7 @@ def _fail_now(sup: RunSupervisor, error: str, errors: list[dict] = ()) -> None:
     sup.all_stopped()  # no worker is running: the run is final at once
 
 
-def _check_slots(sc, sup: RunSupervisor, workers: int, master: str) -> int | None:
+def _check_slots(sc, sup: RunSupervisor, workers: int, master: str) -> ExitCode | None:
     """Before the first launch: a barrier stage needs ``workers`` task slots at once. Waits for
     executors to register (up to ``spark.scheduler.maxRegisteredResourcesWaitingTime``); with too
     few, fails the run naming both numbers. Returns an exit code, or None to go on."""
@@ -105,7 +104,7 @@ def _check_slots(sc, sup: RunSupervisor, workers: int, master: str) -> int | Non
              f"spark.task.cpus={cpus}): submit with --workers {found} or add executors")
     log.error("%s", error)
     _fail_now(sup, error)
-    return EXIT_BAD_TOPOLOGY
+    return ExitCode.INVALID
 
 
 def _startup_failed(sup: RunSupervisor) -> bool:
@@ -119,12 +118,12 @@ def _startup_failed(sup: RunSupervisor) -> bool:
     return bool(fatal)
 
 
-def _unrecoverable(sc, sup: RunSupervisor, group: str) -> int | None:
+def _unrecoverable(sc, sup: RunSupervisor, group: str) -> ExitCode | None:
     """After a failed stage: log what Spark recorded for each failed task; for a failure that a
     relaunch cannot fix, end the run and return its exit code (None: relaunch)."""
     if _startup_failed(sup):  # open()/prepare() raised: the worker reported it, with its traceback
         sup.all_stopped()
-        return 1
+        return ExitCode.FAILED
     try:
         errors = failures.task_errors(sc, group)
     except Exception as e:  # noqa: BLE001 - diagnosis only
@@ -143,7 +142,7 @@ def _unrecoverable(sc, sup: RunSupervisor, group: str) -> int | None:
                 "error": f"worker {e.partition} on {e.host}: {e.summary}", "traceback": e.traceback} for e in bad]
     _fail_now(sup, f"the workers cannot start on the executors ({bad[0].summary}); "
                    "a relaunch cannot fix this", records)
-    return EXIT_BAD_TOPOLOGY
+    return ExitCode.INVALID
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -181,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         conf[k] = coerce_cli_value(v)
     if not args.redis:
         print("error: no Redis URL (--settings or --redis)", flush=True)
-        return EXIT_BAD_TOPOLOGY
+        return ExitCode.INVALID
     try:
         if args.topology_file:
             with open(args.topology_file, "rb") as f:
@@ -192,14 +191,14 @@ def main(argv: list[str] | None = None) -> int:
         plan = build_plan(topology, resolved)
     except (TopologyError, ConfigError) as e:
         print(f"topology {args.name!r} rejected: {e}", flush=True)
-        return EXIT_BAD_TOPOLOGY
+        return ExitCode.INVALID
     control = ControlPlane(args.redis)
     master = os.environ.get("MASTER", "")
     try:
         token = control.register(args.name, "spark", plan.workers, master=master, log=args.log_file)
     except RunAlreadyLive as e:
         print(f"error: {e}", flush=True)
-        return EXIT_ALREADY_LIVE
+        return ExitCode.ALREADY_LIVE
     lost = threading.Event()
     keeper = LeaseKeeper(control, args.name, token, lost.set)
     # SIGTERM (Airflow's mark-failed/clear, a scheduler stopping the task, `kill`): stop the
