@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from topology_runtime.reliability.coordinated import CoordinatedTracker
+from topology_runtime.coordination.tracker import CoordinatedTracker
 
 
 def test_finishes_when_all_reports_arrived_and_counts_match():

@@ -12,8 +12,8 @@ from drpc_topologies import CountBatch, CreateTuples, PassOn
 
 from topology_runtime import BasicBolt, Bolt, FailedException, TopologyBuilder
 from topology_runtime.api.components import TICK_INFO, StreamInfo, TopologyContext, Tuple, declared_streams
+from topology_runtime.coordination import ALL, SINGLE
 from topology_runtime.drpc import COORD_STREAM, CoordinatedBolt, LinearDRPCTopologyBuilder, coordinate
-from topology_runtime.drpc.coordinated import ALL, SINGLE
 
 REQ = "req"  # the component the request and id tuples come from
 

@@ -1,5 +1,5 @@
-"""The architecture holds on import: layers import only downwards, the API and the protocol
-state machines load no I/O library, and the old flat module paths still resolve."""
+"""The architecture holds on import: layers import only downwards, and the API and the protocol
+state machines load no I/O library."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ PKG = ROOT / "topology_runtime"
 # Rank of each package of topology_runtime: a module imports only from packages of a lower rank
 # (or its own). ``state`` is a separate top-level package below everything but the API.
 RANK = {
-    "api": 0, "testing": 1, "transport": 2, "reliability": 3, "windowing": 3, "plan": 4, "worker": 5, "transactional": 5,
-    "supervisor": 6, "connectors": 6, "control": 7, "drpc": 7, "launchers": 8, "cli": 9,
+    "api": 0, "testing": 1, "transport": 2, "reliability": 3, "windowing": 3, "plan": 4, "coordination": 4,
+    "worker": 5, "transactional": 5, "supervisor": 6, "connectors": 6, "control": 7, "drpc": 7, "launchers": 8,
+    "cli": 9,
 }
 
 
@@ -50,7 +51,7 @@ def test_imports_point_down_the_layers():
     for path in PKG.rglob("*.py"):
         parts = path.relative_to(PKG).parts
         if len(parts) == 1:
-            continue  # topology_runtime/__init__.py and _moved.py: the public face, lazy
+            continue  # topology_runtime/__init__.py: the public face, lazy
         here = parts[0]
         for name in _imports(path):
             there = name.split(".")[1]
@@ -72,7 +73,7 @@ def _loaded_after(code: str) -> set[str]:
 
 @pytest.mark.parametrize("module", [
     "topology_runtime", "topology_runtime.reliability.acker", "topology_runtime.reliability.checkpointing",
-    "topology_runtime.reliability.coordinated", "topology_runtime.reliability.transactional",
+    "topology_runtime.coordination", "topology_runtime.coordination.tracker", "topology_runtime.reliability.transactional",
     "topology_runtime.reliability.checkpoint_coordinator",
     "topology_runtime.windowing", "topology_runtime.windowing.manager",
 ])
@@ -87,32 +88,24 @@ def test_reliability_modules_import_no_io_library():
     io = {"zmq", "redis", "socket", "select", "subprocess", "threading", "os", "time", "msgpack"}
     # The window manager and its policies are protocol state machines too (bolt.py is their glue).
     pure_windowing = [PKG / "windowing" / "policies.py", PKG / "windowing" / "manager.py"]
-    for path in [*(PKG / "reliability").glob("*.py"), *pure_windowing]:
+    for path in [*(PKG / "reliability").glob("*.py"), *pure_windowing, PKG / "coordination" / "tracker.py"]:
         tree = ast.parse(path.read_text())
         names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         names |= {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and not n.level}
         assert not names & io, f"{path.name} imports {sorted(names & io)}"
 
 
-def test_old_module_paths_resolve_to_the_new_modules():
-    from topology_runtime.local_cluster import LocalCluster, TopologyFailed
-    from topology_runtime.spark_cluster import SparkCluster
-    from topology_runtime.spouts import RedisStreamReplaySpout, RedisStreamSpout
-
-    import topology_runtime
-    from topology_runtime.launchers import local, spark
-
-    assert LocalCluster is local.LocalCluster is topology_runtime.LocalCluster
-    assert TopologyFailed is topology_runtime.TopologyFailed
-    assert SparkCluster is spark.SparkCluster is topology_runtime.SparkCluster
-    from topology_runtime.connectors import redis_stream
-
-    assert RedisStreamSpout is redis_stream.RedisStreamSpout and RedisStreamReplaySpout is redis_stream.RedisStreamReplaySpout
-    from topology_runtime.builder import TopologyBuilder
-    from topology_runtime.components import Bolt
-    from topology_runtime.config import Config
-
-    assert (TopologyBuilder, Bolt, Config) == (topology_runtime.TopologyBuilder, topology_runtime.Bolt, topology_runtime.Config)
+def test_module_paths_of_earlier_layouts_are_gone():
+    """Only the documented paths import: an old one fails instead of aliasing a moved module."""
+    old = ["local_cluster", "spark_cluster", "spouts", "components", "builder", "config", "wire", "nimbus", "faults",
+           "reliability.coordinated", "drpc.coordinated"]
+    code = ("import importlib, topology_runtime\n"
+            f"for name in {old!r}:\n"
+            "    try:\n        importlib.import_module('topology_runtime.' + name)\n"
+            "    except ModuleNotFoundError:\n        continue\n"
+            "    print(name)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert not out.stdout.split(), f"old module paths still import: {out.stdout.split()}"
 
 
 def test_no_module_over_500_lines():

@@ -1,4 +1,4 @@
-"""topology_runtime.redis_server against real redis-server processes."""
+"""topology_runtime.control.redis_server against real redis-server processes."""
 
 from __future__ import annotations
 

@@ -3,14 +3,13 @@ or Spark.
 
 The folders are the layers (docs/architecture.md): ``api`` (what users program against),
 ``transport``, ``reliability`` (protocol state machines), ``plan``, ``worker``,
-``supervisor``, ``control`` (the control plane in Redis), ``launchers``, ``transactional``,
-``connectors``, ``cli``, ``testing``. Importing the API names loads no launcher, zmq or redis:
+``supervisor``, ``control`` (the control plane in Redis), ``launchers``, ``coordination``,
+``transactional``, ``drpc``, ``windowing``, ``connectors``, ``cli``, ``testing``. Importing the API names loads no launcher, zmq or redis:
 ``LocalCluster``, ``SparkCluster`` and ``TopologyFailed`` load on first use.
 """
 
 from typing import Any
 
-from ._moved import install as _install_moved
 from .api.builder import Topology, TopologyBuilder, TopologyError
 from .api.components import (
     BasicBolt,
@@ -45,5 +44,3 @@ def __getattr__(name: str) -> Any:
     globals()[name] = value
     return value
 
-
-_install_moved()

@@ -1,13 +1,13 @@
-"""Coordinated bolts and linear DRPC (Storm's coordination and drpc packages; docs/drpc.md).
+"""Linear DRPC (Storm's drpc package; docs/drpc.md).
 
-``CoordinatedBolt`` tracks, per request id in field 0, when a task has seen every tuple its
-upstream sent it; ``LinearDRPCTopologyBuilder`` builds a DRPC function from stages;
-``DRPCClient`` calls one through Redis.
+``LinearDRPCTopologyBuilder`` builds a DRPC function from stages, each in a ``CoordinatedBolt``
+(the coordination layer's, offered here too: it tracks, per request id in field 0, when a task
+has seen every tuple its upstream sent it); ``DRPCClient`` calls a function through Redis.
 """
 
+from ..coordination import COORD_STREAM, CoordinatedBolt, coordinate
 from .builder import LinearDRPCInputDeclarer, LinearDRPCTopologyBuilder
 from .client import DRPCClient
-from .coordinated import COORD_STREAM, CoordinatedBolt, coordinate
 from .protocol import DRPCExecutionException, DRPCTimeoutException
 from .results import JoinResult, PrepareRequest, ReturnResults
 from .spout import DRPCSpout

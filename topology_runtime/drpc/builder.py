@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..api.builder import Topology, TopologyBuilder
-from .coordinated import ALL, COORD_STREAM, SINGLE, TICK_SECS, CoordinatedBolt, is_finisher
+from ..coordination.bolt import ALL, SINGLE, TICK_SECS, CoordinatedBolt, is_finisher
+from ..coordination.streams import COORD_STREAM
 from .protocol import check_function
 from .results import ARGS_STREAM, ID_STREAM, RETURN_STREAM, JoinResult, PrepareRequest, ReturnResults
 from .spout import DRPCSpout

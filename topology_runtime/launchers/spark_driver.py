@@ -2,7 +2,7 @@
 
 Started by ``spark-submit`` (``topology submit``, ``SparkCluster``, Airflow's TopologyHook):
 
-    spark-submit --master local[2] topology_runtime/spark_driver.py \
+    spark-submit --master local[2] topology_runtime/launchers/spark_main.py \
         --topology examples.wordcount:topology --name wordcount --workers 2 --redis redis://...
 
 The driver plans the topology, takes the run's lease in Redis, and runs ONE barrier stage of W

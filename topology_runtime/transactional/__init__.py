@@ -1,18 +1,19 @@
 """Transactional topologies (Storm's seed "Design 3"): batches with txids processed in parallel,
 committed strictly in txid order, replayed whole on failure.
 
-Built on the plain runtime: the coordinator is a spout, emitters and batch bolts are
-CoordinatedBolt wrappers whose per-batch counts travel on a direct coordination stream.
-One module per role: coordinator.py (the coordinator spout), emitter.py (the emitter),
-coordinated_bolt.py (the wrapper, stream names, row chunks); their Redis records are
+Built on the plain runtime and the coordination layer: the coordinator is a spout, emitters and
+batch bolts are coordinated wrappers whose per-batch counts travel on coordination's direct
+stream. One module per role: coordinator.py (the coordinator spout), emitter.py (the emitter),
+coordinated_bolt.py (the wrapper, the coordinator's stream names, row chunks); their Redis records are
 state/transactional.py's TransactionalState. The Redis Streams spouts live with the other
 connectors (topology_runtime/connectors/) and are re-exported here on first use.
 """
 
 from typing import Any
 
+from ..coordination.batch import BatchBolt
 from ..reliability.transactional import TransactionAttempt
-from .batch import BatchBolt, Committer
+from .batch import Committer
 from .builder import TransactionalTopologyBuilder
 from .spouts import (
     MemoryTransactionalSpout,

@@ -1,28 +1,7 @@
-"""BatchBolt and Committer: what users implement in a transactional topology."""
+"""Committer: what marks a BatchBolt of a transactional topology as one that commits (the
+BatchBolt contract itself is coordination's: DRPC runs it too)."""
 
 from __future__ import annotations
-
-from typing import Any
-
-
-class BatchBolt:
-    """One instance per batch attempt, created and dropped by the runtime.
-
-    ``prepare(conf, context, batch_id)``, ``execute(tup)`` for each tuple of the batch, then
-    ``finish_batch()`` once every upstream task's tuples of this batch arrived. ``self.emit``
-    sends a tuple (the TransactionAttempt must be its first value).
-    """
-
-    outputs: list[str] = []
-
-    def prepare(self, conf: dict, context: Any, batch_id: Any) -> None:
-        pass
-
-    def execute(self, tup: Any) -> None:
-        pass
-
-    def finish_batch(self) -> None:
-        pass
 
 
 class Committer:

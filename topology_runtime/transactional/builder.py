@@ -6,16 +6,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..api.builder import Topology, TopologyBuilder, TopologyError
-from .coordinated_bolt import (
-    BATCH,
-    BATCH_STREAM,
-    COMMIT_STREAM,
-    COORD_STREAM,
-    ROWS_STREAM,
-    CoordinatedBolt,
-    bolt_kind,
-    is_committer,
-)
+from ..coordination.streams import COORD_STREAM, ROWS_STREAM
+from .coordinated_bolt import BATCH, BATCH_STREAM, COMMIT_STREAM, TransactionalCoordinatedBolt, bolt_kind, is_committer
 from .coordinator import CoordinatorSpout
 
 
@@ -90,13 +82,13 @@ class TransactionalTopologyBuilder:
             for s in sources[bid]:
                 downstream.setdefault(s, []).append(bid)
         b.set_spout(coord, CoordinatorSpout(self.spout, self.topology_id), 1)
-        emitter = CoordinatedBolt(None, [], downstream.get(self.spout_id, []), False, emitter_of=self.spout,
-                                  tx_id=self.topology_id)
+        emitter = TransactionalCoordinatedBolt(None, [], downstream.get(self.spout_id, []), False,
+                                               emitter_of=self.spout, tx_id=self.topology_id)
         b.set_bolt(self.spout_id, emitter, self.spout_parallelism).all_grouping(coord, stream=BATCH_STREAM)
         wrappers = {self.spout_id: emitter}
         for bid, (bolt, _, committer) in self._bolts.items():
-            wrappers[bid] = CoordinatedBolt(bolt, sources[bid], downstream.get(bid, []), committer,
-                                            tx_id=self.topology_id)
+            wrappers[bid] = TransactionalCoordinatedBolt(bolt, sources[bid], downstream.get(bid, []), committer,
+                                                         tx_id=self.topology_id)
         for bid, (_, par, committer) in self._bolts.items():
             wrapper = wrappers[bid]
             d = b.set_bolt(bid, wrapper, par)

@@ -1,9 +1,12 @@
-"""Storm's CoordinatedBolt on the plain runtime: the wrapper that runs a BatchBolt per batch
-attempt (or, for the spout's component, the emitter) and reports per-attempt counts on the
-coordination stream, so each task knows when its upstream's part of a batch is complete.
+"""The coordinated wrapper of a transactional topology: runs a BatchBolt per batch attempt (or,
+for the spout's component, the emitter) and reports per-attempt counts on the coordination
+stream, so each task knows when its upstream's part of a batch is complete.
 
-Also what travels between wrappers: the stream names, the attempt's wire form, and RowChunks
-(a batch's rows sent per target task in chunks).
+Built on coordination's ``CoordinatedCore`` (the tracker and the count report, shared with the
+general ``CoordinatedBolt``); what is transactional stays here: attempts and their wire form,
+attempts that failed stay failed, committers, failure records for the coordinator, the
+coordinator's batch and commit streams, and RowChunks (a batch's rows sent per target task in
+chunks, unanchored: the coordination stream tracks batches).
 """
 
 from __future__ import annotations
@@ -23,20 +26,22 @@ from ..api.components import (
     Tuple,
     declared_streams,
 )
-from ..reliability.coordinated import NOTHING, CoordinatedTracker
+from ..coordination.batch import BatchBolt
+from ..coordination.bolt import ALL, CoordinatedCore
+from ..coordination.streams import COORD_FIELDS, COORD_STREAM, ROWS_STREAM
+from ..coordination.tracker import NOTHING
 from ..reliability.transactional import TransactionAttempt
-from .batch import BatchBolt, Committer
+from .batch import Committer
 from .emitter import TransactionalEmitter, open_state
 
 log = logging.getLogger(__name__)
 
-COORD_STREAM = "$coord"
+# The coordinator's streams: each batch's start, and the commit (a committer's id stream).
 BATCH_STREAM, COMMIT_STREAM = "batch", "commit"
 # A batch's default-stream tuples travel between coordinated bolts in chunks: one tuple
 # [attempt, rows] per target task per CHUNK_ROWS rows, each row a whole tuple's values. Routing
 # (the user's grouping) is still per row; the queue, transport, coordination tracking and acking
 # are per chunk, a fraction of a row's cost on a hop that carries thousands of rows per batch.
-ROWS_STREAM = "$rows"
 CHUNK_ROWS = 256
 
 
@@ -98,7 +103,7 @@ def wire(value: Any) -> Any:
     return [value.txid, value.attempt_id] if isinstance(value, TransactionAttempt) else value
 
 
-# The three kinds of bolt of seed 001: a BatchBolt (one instance per attempt, finish_batch when
+# The three kinds of bolt a transactional topology runs: a BatchBolt (one instance per attempt, finish_batch when
 # the batch is complete; a committer's in the commit phase), a BasicBolt (per tuple; acked after
 # execute) and a plain Bolt (per tuple; acks or fails each tuple itself).
 BATCH, BASIC, PLAIN = "BatchBolt", "BasicBolt", "Bolt"
@@ -133,9 +138,10 @@ class _Pending:
         self.attempt, self.tup, self.left, self.failed = attempt, tup, left, False
 
 
-class CoordinatedBolt(Bolt):
+class TransactionalCoordinatedBolt(CoordinatedCore):
     """Runs a BatchBolt per batch attempt and tracks, per attempt, what it received and sent,
-    so it knows when an upstream's batch is complete (Storm's CoordinatedBolt)."""
+    so it knows when an upstream's batch is complete (Storm's CoordinatedBolt around its
+    BatchBoltExecutor or TransactionalSpoutBatchExecutor)."""
 
     def __init__(self, delegate: Any, sources: list[str], downstream: list[str], id_stream: bool,
                  emitter_of: Any = None, tx_id: str | None = None) -> None:
@@ -147,7 +153,7 @@ class CoordinatedBolt(Bolt):
         self.id_stream = id_stream
         self.emitter_of = emitter_of  # the transactional spout, when this is the emitter
         declared = declared_streams(delegate, type(delegate).__name__) if delegate is not None else {}
-        self.outputs = {COORD_STREAM: Stream(["id", "count"], direct=True)}
+        self.outputs = {COORD_STREAM: Stream(COORD_FIELDS, direct=True)}
         self.outputs.update({name: st for name, st in declared.items() if name != "default"})
         fields = (declared["default"].fields if "default" in declared
                   else (["tx", *emitter_of.fields] if emitter_of is not None else []))
@@ -158,9 +164,7 @@ class CoordinatedBolt(Bolt):
 
     def prepare(self, conf, context):
         self.conf, self.context = conf, context
-        n_reports = sum(len(context.component_tasks(s)) for s in self.sources)
-        out_tasks = [t for c in self.downstream for t in context.component_tasks(c)]
-        self.tracker = CoordinatedTracker(n_reports, out_tasks, has_id_stream=self.id_stream)
+        self._track(context, dict.fromkeys(self.sources, ALL), self.downstream, self.id_stream)
         self.batches: dict[TransactionAttempt, Any] = {}
         self._last_wire: Any = None
         self._last_attempt: TransactionAttempt | None = None
@@ -439,9 +443,7 @@ class CoordinatedBolt(Bolt):
         self._flush_chunks(f.id)  # counted before the counts are read
         held = [t for t in f.ack if t is not anchor]
         anchors = [t for t in ([anchor] if anchor is not None else []) + held]
-        for task, n in f.counts.items():  # read after finish_batch: its emits count
-            self.emit_direct(task, [wire(f.id), n], anchors=anchors or [], stream=COORD_STREAM)
-        self.tracker.done(f.id)
+        self._report_counts(f, wire(f.id), anchors)
         if self.kind in (BASIC, PLAIN):
             self._emits.pop(f.id, None)
         for t in held:

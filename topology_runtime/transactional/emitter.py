@@ -2,7 +2,7 @@
 partitions it owns and recorded in the TransactionalState so a replay emits the same batch
 (partitioned spouts) or continues from what was committed (opaque spouts).
 
-The CoordinatedBolt of the spout's component delegates each batch tuple here; it owns the
+The coordinated wrapper of the spout's component delegates each batch tuple here; it owns the
 chunking and the coordination counts, this class the spout, the partitions and the records.
 """
 

@@ -1,7 +1,7 @@
-"""Storm's CoordinatedBolt for any bolt whose tuples carry a request id in field 0 (seed 004).
+"""Storm's CoordinatedBolt: wraps any bolt whose tuples carry a batch or request id in field 0.
 
-The wrapper counts, per request id, the tuples its delegate sent to each downstream task and,
-once this task is finished for the id, reports those counts on the direct ``$coord`` stream.
+The wrapper counts, per id, the tuples its delegate sent to each downstream task and, once this
+task is finished for the id, reports those counts on the direct ``COORD_STREAM``.
 Finished (``checkFinishId``): a first stage (no coordinated sources) when the request tuple was
 acked or failed; a middle stage when every upstream task reported and the received count
 matches; a last stage with an id stream when, in addition, the id tuple arrived. Then the
@@ -11,7 +11,12 @@ Delegates: a ``Bolt`` (acks its input itself), a ``BasicBolt`` (acked after ``ex
 emits anchored to the input) or a ``BatchBolt`` (one instance per id; ``finish_batch`` on
 finish). ``timeout_id(id)`` runs when an id stays unfinished past the message timeout; the id's
 held tuples fail, so the request's tuple tree fails. The counting itself is the pure
-``reliability.coordinated.CoordinatedTracker``.
+``tracker.CoordinatedTracker``.
+
+``CoordinatedCore`` is what every coordinated wrapper shares: the tracker built from the
+wiring and the count report. Transactional topologies build their batch wrapper on it
+(transactional/coordinated_bolt.py): attempts, unanchored row chunks, committers off the loop
+and failure records are theirs alone.
 """
 
 from __future__ import annotations
@@ -19,22 +24,43 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..api.builder import InputDeclarer, TopologyBuilder
 from ..api.components import BasicBolt, Bolt, FailedException, Stream, Tuple, declared_streams
-from ..reliability.coordinated import CoordinatedTracker, Finish
-from ..transactional.batch import BatchBolt
+from .batch import BatchBolt
+from .streams import COORD_FIELDS, COORD_STREAM
+from .tracker import CoordinatedTracker, Finish
 
 log = logging.getLogger(__name__)
 
-COORD_STREAM = "$coord"
 SINGLE, ALL = "single", "all"  # Storm's SourceArgs: one upstream task reports per id, or all of them
 TICK_SECS = 0.5  # how often a coordinated task looks for timed-out ids
 
 
-class CoordinatedBolt(Bolt):
+class CoordinatedCore(Bolt):
+    """The part of a coordinated wrapper that does not depend on what it wraps."""
+
+    tracker: CoordinatedTracker
+
+    def _track(self, context: Any, sources: Mapping[str, str], downstream: Iterable[str],
+               has_id_stream: bool) -> None:
+        """Expect, per id, one report from each ``all`` source's every task and from one task of
+        a ``single`` source; count what goes to every task of ``downstream``."""
+        n_reports = sum(1 if kind == SINGLE else len(context.component_tasks(c)) for c, kind in sources.items())
+        out_tasks = [t for c in downstream for t in context.component_tasks(c)]
+        self.tracker = CoordinatedTracker(n_reports, out_tasks, has_id_stream=has_id_stream)
+
+    def _report_counts(self, f: Finish, id_value: Any, anchors: list) -> None:
+        """Tell each downstream task how many tuples of the finished id this task sent it (read
+        now, after finish_batch or finished_id ran: their emits count), then drop the id."""
+        for task, n in f.counts.items():
+            self.emit_direct(task, [id_value, n], anchors=anchors, stream=COORD_STREAM)
+        self.tracker.done(f.id)
+
+
+class CoordinatedBolt(CoordinatedCore):
     """Wrap ``bolt`` (request id in field 0 of every tuple in and out).
 
     ``sources``: coordinated upstream components -> ``"single"`` or ``"all"`` (None: filled in
@@ -55,16 +81,13 @@ class CoordinatedBolt(Bolt):
         self.downstream = list(downstream) if downstream is not None else None
         self.id_stream = tuple(id_stream) if id_stream is not None else None
         outputs = {name: s for name, s in declared_streams(bolt, type(bolt).__name__).items()}
-        outputs[COORD_STREAM] = Stream(["id", "count"], direct=True)
+        outputs[COORD_STREAM] = Stream(COORD_FIELDS, direct=True)
         self.outputs = outputs
 
     # --- lifecycle ---------------------------------------------------------------------------
     def prepare(self, conf: dict, context: Any) -> None:
         self.conf, self.context = conf, context
-        sources = self.sources or {}
-        n_reports = sum(1 if kind == SINGLE else len(context.component_tasks(c)) for c, kind in sources.items())
-        out_tasks = [t for c in (self.downstream or []) for t in context.component_tasks(c)]
-        self.tracker = CoordinatedTracker(n_reports, out_tasks, has_id_stream=self.id_stream is not None)
+        self._track(context, self.sources or {}, self.downstream or [], self.id_stream is not None)
         # Storm's TimeCacheMap expires after the message timeout: 3 buckets rotated every T/2.
         self.rotate_secs = float(conf.get("topology.message.timeout.secs") or 30) / 2
         self._next_rotate = time.monotonic() + self.rotate_secs
@@ -196,9 +219,7 @@ class CoordinatedBolt(Bolt):
                 return True
             finally:
                 self._finish_anchors = None
-            for task, n in f.counts.items():  # read after finished_id: its emits count
-                self._raw_emit_direct(task, [f.id, n], anchors)
-            self.tracker.done(f.id)
+            self._report_counts(f, f.id, anchors)
             for t in f.ack:
                 self._raw_ack(t)
         else:
@@ -208,9 +229,6 @@ class CoordinatedBolt(Bolt):
             self.batches.pop(f.id, None)
             self._raw_fail(t)
         return False
-
-    def _raw_emit_direct(self, task: int, values: list, anchors: list) -> None:
-        self.emit_direct(task, values, anchors=anchors, stream=COORD_STREAM)
 
     def _finished_id(self, id_: Any) -> None:
         if self.batch:

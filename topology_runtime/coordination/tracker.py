@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .rotating_map import RotatingMap
+from ..reliability.rotating_map import RotatingMap
 
 REGULAR, COORD, ID = "regular", "coord", "id"
 
