@@ -22,6 +22,7 @@ from topology_runtime.launchers.shipping import (
     build_zip,
     dependency_requirements,
     deps_archive,
+    runtime_locations,
     runtime_zip,
     ship,
     user_code,
@@ -59,6 +60,50 @@ def test_user_code_follows_relative_imports_into_sibling_modules(tmp_path):
     (tmp_path / "unused.py").write_text("")
     found = user_code(["pkg.topo"], search_path=[str(tmp_path), *sys.path])
     assert found == {"pkg": tmp_path / "pkg", "lib_one": tmp_path / "lib_one.py", "lib_two": tmp_path / "lib_two.py"}
+
+
+def test_a_users_packages_named_like_this_projects_are_the_users(tmp_path):
+    """Only where a package is tells the runtime's from the user's: ``plugins`` and
+    ``topology_airflow`` of the user's are shipped; ``state`` found where the runtime has it is not."""
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / "__init__.py").write_text("from topology_airflow import x\n")
+    (tmp_path / "topology_airflow.py").write_text("import state.layout\nx = 1\n")
+    (tmp_path / "app.py").write_text("import plugins\nfrom topology_runtime import Bolt\n")
+    found = user_code(["app"], search_path=[str(tmp_path), *sys.path, str(ROOT)])
+    assert found == {"app": tmp_path / "app.py", "plugins": tmp_path / "plugins",
+                     "topology_airflow": tmp_path / "topology_airflow.py"}
+    assert runtime_locations() == {"topology_runtime": ROOT / "topology_runtime", "state": ROOT / "state"}
+
+
+def test_a_users_package_named_like_the_runtimes_own_is_refused_naming_both(tmp_path):
+    """The driver and every executor import the runtime's ``state``; a user's ``state`` cannot be
+    imported beside it, so the submit stops here instead of failing on the executors."""
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "__init__.py").write_text("LIMIT = 3\n")
+    (tmp_path / "app.py").write_text("def topology():\n    from state import LIMIT\n")
+    path = [str(tmp_path), *sys.path]
+    with pytest.raises(ShippingError) as e:
+        ship("spark://h:7077", "app:topology", python_env="none", cache=tmp_path / "c", search_path=path)
+    assert f"your package 'state' ({tmp_path / 'state'})" in str(e.value)
+    assert f"the runtime's own package 'state' ({ROOT / 'state'})" in str(e.value) and "rename" in str(e.value)
+    # The topology's own module by that name, and the runtime's other name, alike.
+    (tmp_path / "topology_runtime.py").write_text("")
+    for ref in ("state.app:topology", "topology_runtime:topology"):
+        with pytest.raises(ShippingError, match="has the name of the runtime's own package"):
+            user_code([ref.partition(":")[0]], search_path=path)
+
+
+def test_topology_submit_refuses_a_users_state_package_before_spark_submit(tmp_path):
+    """From the user's project directory, as users run it: exit 4 and the one line, no JVM started."""
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "__init__.py").write_text("LIMIT = 3\n")
+    (tmp_path / "app.py").write_text("from state import LIMIT\n")
+    cli = Path(sys.executable).parent / "topology"  # the console script: the runtime imported before the cwd is on the path
+    out = subprocess.run([str(cli), "submit", "app:topology", "--name", "clash", "--master", "spark://127.0.0.9:7077",
+                          "--redis", "redis://127.0.0.1:1"], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert out.returncode == 4, out.stderr
+    assert f"topology: your package 'state' ({tmp_path / 'state'}) has the name of the runtime's" in out.stderr
+    assert "spark-submit" not in out.stderr
 
 
 def test_zips_import_with_a_plain_interpreter_namespace_packages_included(tmp_path):

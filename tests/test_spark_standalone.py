@@ -110,22 +110,77 @@ class Listeners:
         return out
 
 
-def test_wordcount_through_the_cli_on_a_standalone_cluster(spark_standalone, redis_url):
-    """`topology submit ... --master spark://...` with nothing else: the executors' nodes have no
-    project, no venv, no PYTHONPATH; counts exact; every address of the run on its own host."""
+# A user's project whose own packages are named like this project's top-level `plugins` and
+# `topology_airflow`: they are the user's (the executors get them in the code zip), and each task
+# records where it imported its class from.
+USER_PROJECT = {
+    "userwc.py": """
+from examples.wordcount import STREAM
+from plugins.split import Split
+from topology_airflow.count import Count
+from topology_runtime import TopologyBuilder
+from topology_runtime.connectors import RedisStreamSpout
+
+
+def topology():
+    builder = TopologyBuilder()
+    builder.set_spout("sentences", RedisStreamSpout(STREAM, fields=["sentence"], bounded=True), 1)
+    builder.set_bolt("split", Split(), 2).local_or_shuffle_grouping("sentences")
+    builder.set_bolt("count", Count(), 2).fields_grouping("split", ["word"]) \\
+        .add_configuration("topology.tick.tuple.freq.secs", 0.2)
+    return builder.create_topology()
+""",
+    "plugins/__init__.py": "",
+    "plugins/split.py": """
+from examples.wordcount import SplitSentence
+from state.connection import connect
+
+
+class Split(SplitSentence):
+    def prepare(self, conf, context):
+        super().prepare(conf, context)
+        connect(conf["redis.url"]).hset("userwc:imported", f"split-{context.task_id}", __file__)
+""",
+    "topology_airflow/__init__.py": "",
+    "topology_airflow/count.py": """
+from examples.wordcount import WordCount
+from state.connection import connect
+
+
+class Count(WordCount):
+    def prepare(self, conf, context):
+        super().prepare(conf, context)
+        connect(conf["redis.url"]).hset("userwc:imported", f"count-{context.task_id}", __file__)
+""",
+}
+
+
+def test_wordcount_through_the_cli_on_a_standalone_cluster(spark_standalone, redis_url, tmp_path):
+    """`topology submit ... --master spark://...` from a user's project with nothing else: the
+    executors' nodes have no project, no venv, no PYTHONPATH; the project's own packages named
+    `plugins` and `topology_airflow` are shipped and imported there; counts exact; every address
+    of the run on its own host."""
+    project = tmp_path / "project"
+    for rel, text in USER_PROJECT.items():
+        (project / rel).parent.mkdir(parents=True, exist_ok=True)
+        (project / rel).write_text(text.lstrip())
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     truth = _truth(client, 6000)
-    cmd = [sys.executable, "-m", "topology_runtime.cli", "submit", "examples.wordcount:topology", "--name", "sa-wc",
+    cmd = [sys.executable, "-m", "topology_runtime.cli", "submit", "userwc:topology", "--name", "sa-wc",
            "--master", spark_standalone.url, "--workers", "2", "--redis", redis_url, "--progress-interval", "1"]
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_driver_env(),
-                            cwd=ROOT)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=_driver_env(PYTHONPATH=str(ROOT)), cwd=project)
     with Listeners(spark_standalone, proc.pid) as listeners:
         out, _ = proc.communicate(timeout=300)
     elapsed = time.monotonic() - t0
     assert proc.returncode == 0, out[-5000:] + "\n" + "\n".join(list(spark_standalone.executor_logs().values())[-2:])[-5000:]
     assert _counts(client) == truth
-    assert "shipping code: examples" in out and "shipping environment: " in out and "executors run python3.11" in out
+    assert "shipping code: examples, plugins, topology_airflow, userwc (" in out, out[-3000:]
+    assert "shipping environment: " in out and "executors run python3.11" in out
+    imported = client.hgetall("userwc:imported")  # one entry per task: 2 split, 2 count
+    assert len(imported) == 4 and all(".zip/" in f and str(project) not in f for f in imported.values()), imported
+    assert {f.split(".zip/")[1] for f in imported.values()} == {"plugins/split.py", "topology_airflow/count.py"}
     assert f"supervisor at tcp://{DRIVER_IP}:" in out
     rec = ControlPlane(redis_url).get("sa-wc")
     assert rec.state == "completed" and rec.status["restarts"] == 0

@@ -8,7 +8,12 @@ nothing else. For a non-``local`` master every submit ships:
   transitively; anything in the standard library or site-packages is not the user's), as one
   zip (``--py-files``; pure Python imports from a zip);
 * the runtime (``topology_runtime``, ``state``): another zip, with compiled bytecode beside the
-  sources so that executors do not compile it at every start;
+  sources so that executors do not compile it at every start. These two names are the runtime's
+  on every node: a package of the user's with either name cannot be imported beside it (one
+  interpreter has one top-level ``state``), so a submit that needs one is refused, naming both
+  paths. Any other name, this project's other top-level packages (``topology_airflow``,
+  ``plugins``, ...) included, is the user's when the user's code imports it from outside the
+  runtime, and is shipped;
 * the runtime's dependencies (pyzmq, msgpack, redis, hiredis and what they require on any
   3.11.x): native wheels cannot import from a zip, so ``pip install --target`` of the versions
   pinned in requirements.lock, packed once as a tar.gz under ``.topology/spark/`` (keyed by
@@ -50,8 +55,9 @@ RUNTIME_DISTRIBUTIONS = ("pyzmq", "msgpack", "redis", "hiredis")
 DEPS_ALIAS = "topology-deps"
 ENV_ALIAS = "topology-env"
 CACHE_MAX_AGE_SECS = 14 * 86400
-# Never the user's: Spark's own Python, and what every node has.
-_NOT_USER = {"pyspark", "py4j", "__future__", *RUNTIME_PACKAGES}
+# Never the user's: Spark's own Python, and what every node has. The runtime's packages are told
+# apart by where they are, not by name (runtime_locations).
+_NOT_USER = {"pyspark", "py4j", "__future__"}
 
 
 class ShippingError(RuntimeError):
@@ -90,12 +96,20 @@ def _system_dirs() -> list[Path]:
     return [Path(d).resolve() for d in dirs if d]
 
 
-def _top_location(name: str, search_path: list[str] | None = None, installed: bool = False) -> Path | None:
-    """Where the user's top-level module or package ``name`` lives (a .py file or a package
-    directory), or None when it is not the user's (standard library, site-packages unless
-    ``installed``, built-in, the runtime, Spark's) or cannot be found."""
-    if name in _NOT_USER or name in sys.builtin_module_names or name in getattr(sys, "stdlib_module_names", ()):
-        return None
+def runtime_locations() -> dict[str, Path]:
+    """The directories of the runtime's own packages, as this process imports them: what the
+    runtime zip holds. Not searched on ``sys.path``, where a user's package of the same name
+    may come first."""
+    locs = {}
+    for name in RUNTIME_PACKAGES:
+        module = sys.modules.get(name) or importlib.import_module(name)
+        locs[name] = Path(next(iter(module.__path__))).resolve()
+    return locs
+
+
+def _find(name: str, search_path: list[str] | None) -> Path | None:
+    """Where the first top-level module or package ``name`` on ``search_path`` is (a .py file or
+    a package directory), as an import would find it; None if there is none or it is not source."""
     try:
         spec = importlib.machinery.PathFinder.find_spec(name, search_path or sys.path)
     except (ImportError, ValueError):
@@ -108,7 +122,32 @@ def _top_location(name: str, search_path: list[str] | None = None, installed: bo
         loc = Path(spec.origin)
     else:
         return None  # built-in, frozen or compiled: not shippable as source
-    loc = loc.resolve()
+    return loc.resolve()
+
+
+def _runtime_name_clash(name: str, search_path: list[str] | None) -> ShippingError | None:
+    """The user's code imports ``name``, one of the runtime's packages: fine when it finds the
+    runtime's own; a package of the user's by that name is an error, since the driver and every
+    executor import the runtime's under that name first, and the user's would never be seen."""
+    loc = _find(name, search_path)
+    runtime = runtime_locations()[name]
+    if loc is None or loc == runtime:
+        return None
+    return ShippingError(
+        f"your package {name!r} ({loc}) has the name of the runtime's own package {name!r} ({runtime}): "
+        f"the driver and every executor import the runtime's, and one interpreter holds one top-level "
+        f"{name!r}, so yours would never be imported there; rename yours (and its imports)")
+
+
+def _top_location(name: str, search_path: list[str] | None = None, installed: bool = False) -> Path | None:
+    """Where the user's top-level module or package ``name`` lives (a .py file or a package
+    directory), or None when it is not the user's (standard library, site-packages unless
+    ``installed``, built-in, Spark's) or cannot be found."""
+    if name in _NOT_USER or name in sys.builtin_module_names or name in getattr(sys, "stdlib_module_names", ()):
+        return None
+    loc = _find(name, search_path)
+    if loc is None:
+        return None
     if any(part in ("site-packages", "dist-packages") for part in loc.parts):
         return loc if installed else None
     if any(loc.is_relative_to(d) for d in _system_dirs()):
@@ -166,11 +205,16 @@ def user_code(modules: Iterable[str], extra_files: Iterable[Path] = (),
               search_path: list[str] | None = None) -> dict[str, Path]:
     """Top-level name -> location of every top-level package/module of the user's that
     ``modules`` (dotted names) import, transitively, themselves included; found on
-    ``search_path`` (default ``sys.path``), as the driver will find them."""
+    ``search_path`` (default ``sys.path``), as the driver will find them. The runtime's own
+    packages are not the user's; a user's package named like one raises ShippingError."""
     ship: dict[str, Path] = {}
     todo: list[tuple[Path, list[str]]] = [(Path(f), []) for f in extra_files]
     for mod in modules:
         parts = mod.split(".")
+        if parts[0] in RUNTIME_PACKAGES:
+            if clash := _runtime_name_clash(parts[0], search_path):
+                raise clash
+            continue
         loc = _top_location(parts[0], search_path, installed=True)  # the topology's own: even if pip-installed
         if loc is not None:
             ship[parts[0]] = loc
@@ -183,6 +227,10 @@ def user_code(modules: Iterable[str], extra_files: Iterable[Path] = (),
         seen.add(path)
         for parts in _imports(path, pkg):
             top = parts[0]
+            if top in RUNTIME_PACKAGES:
+                if clash := _runtime_name_clash(top, search_path):
+                    raise clash
+                continue
             loc = ship.get(top) or _top_location(top, search_path)
             if loc is None:
                 continue
@@ -258,12 +306,7 @@ def build_zip(kind: str, files: list[tuple[str, Path]], cache: Path, bytecode: b
 
 
 def runtime_zip(cache: Path) -> Path:
-    locs = {}
-    for name in RUNTIME_PACKAGES:
-        spec = importlib.util.find_spec(name)
-        assert spec is not None and spec.submodule_search_locations, f"{name} is not importable here"
-        locs[name] = Path(next(iter(spec.submodule_search_locations)))
-    files = [(arc, p) for arc, p in _code_files(locs) if p.suffix in (".py", ".typed")]
+    files = [(arc, p) for arc, p in _code_files(runtime_locations()) if p.suffix in (".py", ".typed")]
     return build_zip("runtime", files, cache, bytecode=True)
 
 
@@ -392,7 +435,8 @@ def ship(master: str, topology: Any, python_env: str | None = "auto", executor_p
     else:
         mods, files = topology_modules(topology)
     code = user_code(mods, files, search_path)
-    missing = [m for m in mods if m.split(".")[0] not in code and m.split(".")[0] not in _NOT_USER
+    missing = [m for m in mods if m.split(".")[0] not in code
+               and m.split(".")[0] not in (*_NOT_USER, *RUNTIME_PACKAGES)
                and importlib.machinery.PathFinder.find_spec(m.split(".")[0], search_path or sys.path) is None]
     if missing:
         out.notes.append(f"WARNING: {', '.join(missing)} not found here: not shipped (is it on PYTHONPATH?)")
@@ -434,4 +478,4 @@ def ship(master: str, topology: Any, python_env: str | None = "auto", executor_p
 
 
 __all__ = ["Shipment", "ShippingError", "ship", "is_local_master", "user_code", "deps_archive", "runtime_zip",
-           "default_executor_python", "cache_dir"]
+           "runtime_locations", "default_executor_python", "cache_dir"]
