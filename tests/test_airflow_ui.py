@@ -82,7 +82,8 @@ def plant_wide_run(url: str, name: str = WIDE) -> None:
         "split-sentences-into-words-" + "s" * 40: ComponentStats(executed=1_010_000, emitted=5_000_000,
                                                                 acked=1_000_000, failed=10_000, tasks=8,
                                                                 execute_latency_ms=0.04),
-        "count": ComponentStats(executed=5_000_000, acked=5_000_000, tasks=8, execute_latency_ms=0.02),
+        "count": ComponentStats(executed=5_000_000, acked=5_000_000, tasks=8, execute_latency_ms=0.02,
+                                late=17, dropped=3),
     }, errors=[{"component": "count", "task": 3, "error": "ValueError: " + "x" * 300, "traceback": "Traceback"}])
     workers = {str(i): {"host": f"worker-host-with-a-long-name-{i}.cluster.example.internal", "pid": 4000 + i,
                         "incarnation": 1, "heartbeat_age_secs": 0.5, "ready": True, "pending": 10}
@@ -242,7 +243,7 @@ def test_pages_show_redis_counts_and_escape_everything(airflow, data):
     page = tc.get(f"/topologies/topology/{NAME}", headers=_auth(token)).text
     for comp, stats in raw["components"].items():
         cells = _cells(page, comp)
-        for k in ("tasks", "emitted", "acked", "failed", "replayed", "executed"):
+        for k in ("tasks", "emitted", "acked", "failed", "replayed", "executed", "late", "dropped"):
             assert cells[k].replace(",", "") == str(stats[k]), (comp, k)
     assert page.count("<svg") == 2 and "<polyline" in page and "<circle" in page  # throughput and latency charts
     assert 'data-testid="checkpoint-txid">7<' in page and 'data-testid="checkpoint-phase">PREPARING<' in page

@@ -41,9 +41,11 @@ def topology(spout, bolt, late: bool = False):
 
 
 def test_sliding_count_window_acks_what_left_it(redis_url, r, cluster_factory):
-    spout = ScriptSpout([(i, 0) for i in range(10)])
+    spout = ScriptSpout([(i, 0) for i in range(10)] + [("pause", 3.0)])
     run = cluster_factory(2).submit("wcount", topology(spout, WindowRecorder().with_window(Count(4), Count(2))),
                                     conf(redis_url))
+    # While the spout pauses, 0..5 have left every window they were in (acked); 6..9 are still
+    # in the last window (pending).
     assert wait_for(lambda: len(windows(r)) == 5 and run.status().components["src"].acked == 6, 30), \
         (windows(r), run.status())
     ws = windows(r)
@@ -51,9 +53,12 @@ def test_sliding_count_window_acks_what_left_it(redis_url, r, cluster_factory):
     assert [w["new"] for w in ws] == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]
     assert [w["expired"] for w in ws] == [[], [], [0, 1], [2, 3], [4, 5]]
     st = run.status().components
-    # 0..5 left every window they were in: acked; 6..9 are still in the last window: pending.
     assert st["src"].acked == 6 and st["src"].failed == 0 and st["sink"].acked == 5
-    run.kill()
+    # End of input: the last window's tuples are acked (they were evaluated: none dropped), and
+    # no further window is evaluated.
+    status = run.wait(30)
+    assert status.state == "completed" and len(windows(r)) == 5
+    assert status.components["src"].acked == 10 and status.components["win"].dropped == 0
 
 
 @pytest.mark.spark_subset
@@ -91,13 +96,18 @@ def test_event_time_out_of_order_and_late_tuples(redis_url, r, cluster_factory):
     ws = {w["end"]: w["all"] for w in windows(r)}
     assert ws[610] == [1, 2, 3] and ws[620] == [1, 2, 3, 4]
     assert ws[630] == [4, 5, 7]  # 7 (ts 629) arrived after 6 (ts 632), within the lag: in its window
-    assert ws[640] == [5, 6, 7, 8]  # (620, 640]: 6 (ts 632) waited for this one
+    assert ws[640] == [5, 7, 6, 8]  # (620, 640], in timestamp order: 6 (ts 632) waited for this one
     assert json.loads(r.lindex("w:late", 0)) == [9, 615]  # late: behind the watermark (631)
     assert all(9 not in w for w in ws.values())
-    # The late tuple is acked at once, the others as they leave their windows; nothing failed.
-    assert wait_for(lambda: run.status().components["src"].acked == 9, 10), run.status()
-    assert run.status().components["src"].failed == 0
-    run.kill()
+    # The late tuple is acked at once, the others as they leave their windows; once the spout
+    # has emitted everything, end of input evaluates the last window (10, ts 700) and the run
+    # completes: nothing failed, nothing waited for a timeout.
+    status = run.wait(30)
+    assert status.state == "completed", status
+    assert {w["end"]: w["all"] for w in windows(r)}[700] == [10]
+    st = status.components
+    assert st["src"].acked == 10 and st["src"].failed == 0
+    assert st["win"].late == 1 and st["win"].dropped == 0  # it went to the late stream
 
 
 def test_failing_evaluation_fails_its_tuples(redis_url, r, cluster_factory):

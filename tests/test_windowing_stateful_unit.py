@@ -60,7 +60,7 @@ def make(spec, state, log=None):
     bolt.emit_direct = lambda *a, **k: None
     bolt.ack = lambda t: log.acked.append(t["ts"])
     bolt.fail = lambda t: log.failed.append(t["ts"])
-    ctx = SimpleNamespace(component_id="win", task_id=5)
+    ctx = SimpleNamespace(component_id="win", task_id=5, component_tasks=lambda c: [1])
     bolt._window_inputs = [("src", "default")]
     bolt.prepare({}, ctx)
     bolt.init_state(state)
@@ -73,7 +73,7 @@ def feed(bolt, lo, hi):
 
 
 def watermark(bolt):
-    mark = bolt._wmgen.compute()
+    mark = bolt._wmgen.compute(0)
     if mark is not None:
         bolt._wm.add_watermark(mark)
 
@@ -158,7 +158,7 @@ def test_rollback_reloads_the_committed_window_and_fails_what_came_after():
     state.data = committed  # what the state's rollback does
     assert sorted(log.failed) == list(range(10, 15))
     feed(bolt, 10, 15)  # the replays
-    bolt._wmgen.latest[("src", "default")] = 2000
+    bolt._wmgen.latest[1] = 2000
     watermark(bolt)
     # Each tuple once: the reload dropped the failed ones, the replays took their place.
     assert sorted(ts for _, new, _, _ in bolt.windows for ts in new) == list(range(15))
@@ -176,7 +176,7 @@ def test_failing_evaluation_fails_only_tuples_not_yet_checkpointed():
     feed(bolt, 0, 5)
     bolt.pre_prepare(1)
     feed(bolt, 5, 9)
-    bolt._wmgen.latest[("src", "default")] = 100
+    bolt._wmgen.latest[1] = 100
     watermark(bolt)  # windows ending 0 ([0]) and 10 ([1..8]) evaluated: both raise
     assert errors == ["boom", "boom"]
     assert sorted(log.failed) == [5, 6, 7, 8]  # 0..4 are in checkpoint 1: acked, they stay
@@ -196,5 +196,5 @@ def test_window_longer_than_the_message_timeout_is_allowed():
 def test_window_state_of_another_format_is_refused_naming_the_bolt():
     state = PackedState()
     state.put("__window", {"format": 99})
-    with pytest.raises(ValueError, match=r"win\[5\]: window state format 99 is not 1"):
+    with pytest.raises(ValueError, match=r"win\[5\]: window state format 99 is not 2"):
         make(event_time_spec(Duration(1)), state)

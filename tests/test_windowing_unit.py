@@ -311,49 +311,137 @@ def test_discard_drops_failed_values(lis):
 # --- WaterMarkEventGeneratorTest --------------------------------------------------------------
 
 
-def test_watermark_single_stream():
-    g = WatermarkGenerator(5, [("s1", "default")])
-    g.track(("s1", "default"), 100)
-    g.track(("s1", "default"), 110)
-    assert g.compute() == 105
+def test_watermark_single_task():
+    g = WatermarkGenerator(5, [1], idle_ms=1000)
+    g.track(1, 100)
+    g.track(1, 110)
+    assert g.compute(0) == 105
 
 
-def test_watermark_single_stream_out_of_order():
-    g = WatermarkGenerator(5, [("s1", "default")])
+def test_watermark_single_task_out_of_order():
+    g = WatermarkGenerator(5, [1], idle_ms=1000)
     for ts in (100, 110, 104):
-        g.track(("s1", "default"), ts)
-    assert g.compute() == 105
+        g.track(1, ts)
+    assert g.compute(0) == 105
 
 
-def test_watermark_is_the_minimum_over_streams():
-    g = WatermarkGenerator(5, [("s1", "default"), ("s2", "default")])
-    g.track(("s1", "default"), 100)
-    g.track(("s1", "default"), 110)
-    assert g.compute() is None  # s2 has said nothing yet
-    g.track(("s2", "default"), 95)
-    g.track(("s2", "default"), 98)
-    assert g.compute() == 93
+def test_watermark_is_the_minimum_over_upstream_tasks():
+    g = WatermarkGenerator(5, [1, 2], idle_ms=1000)
+    g.track(1, 100)
+    g.track(1, 110)
+    assert g.compute(0) is None  # task 2 has said nothing yet
+    g.track(2, 95)
+    g.track(2, 98)
+    assert g.compute(10) == 93
+
+
+def test_a_fast_task_cannot_make_its_slower_siblings_tuples_late():
+    # Two tasks of one upstream bolt on one stream: the fast one is 3 s of event time ahead.
+    g = WatermarkGenerator(100, [1, 2], idle_ms=10_000)
+    for ts in range(0, 5000, 10):
+        g.track(1, ts)
+    for ts in range(0, 2000, 10):
+        g.track(2, ts)
+    assert g.compute(0) == 1990 - 100  # the slow task's progress, not the fast one's
+    assert all(g.track(2, ts) for ts in range(2000, 5000, 10))  # none of the slow task's rest is late
+
+
+def test_an_idle_task_stops_holding_the_watermark_back():
+    g = WatermarkGenerator(0, [1, 2], idle_ms=1000, now=0)
+    g.track(1, 500)
+    assert g.compute(100) is None  # task 2 may still send anything
+    g.track(1, 800)
+    assert g.compute(1100) == 800  # task 2 idle for 1 s: left out
+    g.track(2, 700)  # it speaks again: behind the watermark, late
+    assert g.compute(1200) is None  # back in the minimum (700 < 800: no progress)
+    g.track(1, 900)
+    g.track(2, 950)
+    assert g.compute(1300) == 900
+
+
+def test_all_tasks_idle_keeps_the_watermark():
+    g = WatermarkGenerator(0, [1], idle_ms=100, now=0)
+    g.track(1, 50)
+    assert g.compute(10) == 50
+    assert g.compute(500) is None and g.last_watermark == 50
 
 
 def test_watermark_no_events():
-    assert WatermarkGenerator(5, [("s1", "default")]).compute() is None
+    assert WatermarkGenerator(5, [1], idle_ms=1000).compute(0) is None
 
 
 def test_watermark_late_event():
-    g = WatermarkGenerator(5, [("s1", "default")])
-    assert g.track(("s1", "default"), 100) and g.track(("s1", "default"), 110)
-    assert g.compute() == 105
-    for ts in (105, 106, 115):
-        assert g.track(("s1", "default"), ts)
-    assert not g.track(("s1", "default"), 104)
-    assert g.compute() == 110
-    assert g.compute() is None  # no progress, no new watermark
+    g = WatermarkGenerator(5, [1], idle_ms=1000)
+    assert g.track(1, 100) and g.track(1, 110)
+    assert g.compute(0) == 105
+    for ts in (106, 115):
+        assert g.track(1, ts)
+    # At or before the watermark: its window (which ends at or before it) may have been evaluated.
+    assert not g.track(1, 105) and not g.track(1, 104)
+    assert g.compute(0) == 110
+    assert g.compute(0) is None  # no progress, no new watermark
 
 
 def test_watermark_state_round_trips():
-    g = WatermarkGenerator(5, [("s1", "default")])
-    g.track(("s1", "default"), 100)
-    g.compute()
-    h = WatermarkGenerator(5, [("s1", "default")])
+    g = WatermarkGenerator(5, [1, 2], idle_ms=1000)
+    g.track(1, 100)
+    g.track(2, 100)
+    g.compute(0)
+    h = WatermarkGenerator(5, [1, 3], idle_ms=1000)  # upstream task 2 is gone in the new plan
     h.restore_state(g.get_state())
-    assert h.last_watermark == 95 and not h.track(("s1", "default"), 90)
+    assert h.last_watermark == 95 and not h.track(1, 90) and h.latest == {1: 100}
+
+
+# --- what Storm's arrival-ordered queue lost ----------------------------------------------------
+
+
+def test_interleaved_upstream_tasks_every_event_in_its_window(lis):
+    """Two upstream tasks 10 ms of event time apart per event, the second a little behind: their
+    tuples arrive interleaved and out of order. Every event lands in its tumbling window (an
+    arrival-ordered queue stopped its scan at a fast task's tuple and expired the slow one's
+    later, unevaluated)."""
+    m = build_manager(Duration(5), Duration(5), True, 1000, lis.on_activation, lis.on_expiry)
+    gen = WatermarkGenerator(1000, [1, 2], idle_ms=10_000)
+    events = [(i, i * 10) for i in range(3000)]
+    fast = [e for e in events if e[0] % 2 == 0]
+    slow = [e for e in events if e[0] % 2 == 1]
+    now = 0
+    while fast or slow:
+        for _ in range(30):  # the fast task sends 30 for the slow one's 20
+            if fast:
+                v, ts = fast.pop(0)
+                assert gen.track(1, ts)
+                m.add(v, ts)
+        for _ in range(20):
+            if slow:
+                v, ts = slow.pop(0)
+                assert gen.track(2, ts), "a slow task's tuple became late"
+                m.add(v, ts)
+        now += 10
+        mark = gen.compute(now)
+        if mark is not None:
+            m.add_watermark(mark)
+    m.add_watermark(1 << 62)
+    counted = sorted(v for w in lis.all_events for v in w)
+    assert counted == list(range(3000))
+    # Windows cover (end - 5000, end]: each holds exactly the events of its span.
+    assert [len(w) for w in lis.all_events] == [
+        sum(1 for _, ts in events if end - 5000 < ts <= end) for end in lis.refs]
+    assert lis.refs == list(range(0, 30_001, 5000))
+
+
+def test_ordered_queue_inserts_by_timestamp_stably():
+    m = build_manager(Duration(1), Duration(1), True, 0, lambda *a: None, lambda v: None)
+    for v, ts in (("a", 10), ("b", 30), ("c", 20), ("d", 30), ("e", 5), ("f", 20)):
+        m.add(v, ts)
+    assert [(e.value, e.ts) for e in m.queue] == [("e", 5), ("a", 10), ("c", 20), ("f", 20), ("b", 30), ("d", 30)]
+
+
+def test_drain_separates_evaluated_from_never_evaluated(lis):
+    ev = CountEvictionPolicy(5)
+    m = manager(lis, ev, lambda m: CountTriggerPolicy(5, m, ev))
+    for i in range(23):
+        m.add(i, i)
+    seen, never = m.drain()
+    assert seen == seq(15, 19) and never == [20, 21, 22]
+    assert list(m.queue) == [] and lis.all_expiry[-1] == seen + never

@@ -44,6 +44,8 @@ class ScriptSpout(Spout):
         if not self.todo:
             if not self.pending:
                 self.finish()
+            else:
+                self.finish_input()
             return
         item = self.todo.pop()
         if item[0] == "pause":
@@ -151,3 +153,124 @@ class WindowResultSink(Bolt):
         if int(stored) != int(n):
             self.r.rpush(f"{self.key}:conflicts", json.dumps([field, int(stored), int(n)]))
         self.ack(tup)
+
+
+class EventSpout(Spout):
+    """Emits ``n`` events ``[i, t0 + i * step]`` as fast as it may (a backlog read fast), msg id
+    ``i``; ``finish_input()`` once all were emitted, ``finish()`` once all were acked; failed
+    ids are replayed."""
+
+    outputs = ["n", "ts"]
+
+    def __init__(self, n: int, step: int, t0: int = 0) -> None:
+        self.n, self.step, self.t0 = n, step, t0
+
+    def open(self, conf, context):
+        self.next = 0
+        self.pending: set[int] = set()
+        self.retry: list[int] = []
+
+    def next_tuple(self):
+        if self.retry:
+            i = self.retry.pop()
+        elif self.next < self.n:
+            i = self.next
+            self.next += 1
+        else:
+            if self.pending:
+                self.finish_input()
+            else:
+                self.finish()
+            return
+        self.pending.add(i)
+        self.emit([i, self.t0 + i * self.step], msg_id=i)
+
+    def ack(self, msg_id):
+        self.pending.discard(msg_id)
+
+    def fail(self, msg_id):
+        self.retry.append(msg_id)
+
+
+class PassThrough(Bolt):
+    """Re-emits its input anchored; the task of index ``slow_index`` sleeps ``delay`` seconds
+    per tuple (a parallel upstream bolt whose tasks run at different speeds)."""
+
+    outputs = ["n", "ts"]
+
+    def __init__(self, delay: float = 0.0005, slow_index: int = 0) -> None:
+        self.delay, self.slow_index = delay, slow_index
+
+    def prepare(self, conf, context):
+        self.slow = context.task_index == self.slow_index
+
+    def execute(self, tup):
+        if self.slow:
+            time.sleep(self.delay)
+        self.emit(list(tup.values), [tup])
+        self.ack(tup)
+
+
+class ClickParse(Bolt):
+    """Parses a click entry (``user``, ``page``, ``ts`` strings) into ``[user, page, ts]``; task 0
+    is a little slower."""
+
+    outputs = ["user", "page", "ts"]
+
+    def prepare(self, conf, context):
+        self.slow = context.task_index == 0
+
+    def execute(self, tup):
+        if self.slow:
+            time.sleep(0.0005)
+        self.emit([tup["user"], tup["page"], int(tup["ts"])], [tup])
+        self.ack(tup)
+
+
+class ClickWindowCount(WindowedBolt):
+    """Records each window's size (``<key>:counts``: JSON start, end, count)."""
+
+    outputs = ["end", "count"]
+
+    def prepare(self, conf, context):
+        self.r = _redis(conf)
+        self.key = conf.get("test.key", "w")
+
+    def execute(self, window):
+        self.r.rpush(f"{self.key}:counts", json.dumps({"start": window.start_ts, "end": window.end_ts,
+                                                       "count": len(window.get())}))
+        self.emit([window.end_ts, len(window.get())])
+
+
+class CountSum(WindowedBolt):
+    """Downstream of ClickWindowCount on event time (the upstream window's end is the
+    timestamp): records the sum of the counts per window to ``<key>:sums``."""
+
+    outputs: list = []
+
+    def prepare(self, conf, context):
+        self.r = _redis(conf)
+        self.key = conf.get("test.key", "w")
+
+    def execute(self, window):
+        self.r.rpush(f"{self.key}:sums", json.dumps({"end": window.end_ts,
+                                                     "sum": sum(t["count"] for t in window.get())}))
+
+
+class StatefulWindowRecorder(StatefulWindowedBolt):
+    """WindowRecorder with its window in checkpointed state (no faults where it is used: its
+    Redis writes are not part of the exactly-once promise)."""
+
+    outputs = ["size"]
+
+    def init_state(self, state):
+        pass
+
+    def prepare(self, conf, context):
+        self.r = _redis(conf)
+        self.key = conf.get("test.key", "w")
+
+    def execute(self, window):
+        ns = [int(t["n"]) for t in window.get()]
+        self.r.rpush(f"{self.key}:windows", json.dumps({"all": ns, "start": window.start_ts, "end": window.end_ts}))
+        self.emit([len(ns)])

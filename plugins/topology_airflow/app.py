@@ -214,13 +214,15 @@ def _component_rows(comps: dict[str, dict], kind: str) -> str:
         cid = esc(f"{kind}:{name}")
         cells = "".join(
             f'<td class="n" data-testid="{esc(k)}" data-component="{cid}">{_num(c.get(k))}</td>'
-            for k in ("tasks", "emitted", "acked", "failed", "replayed", "executed"))
+            for k in ("tasks", "emitted", "acked", "failed", "replayed", "executed", "late", "dropped"))
         lat = (f"{_num(c.get('complete_latency_p50_ms'))} / {_num(c.get('complete_latency_p99_ms'))}"
                if c.get("complete_latency_p50_ms") is not None else "–")
         rows.append(f'<tr data-component="{cid}"><td>{_cut(name)}</td>{cells}<td class="n">{lat}</td>'
                     f'<td class="n">{_num(c.get("execute_latency_ms"))}</td></tr>')
     head = ('<tr><th>component</th><th class="n">tasks</th><th class="n">emitted</th><th class="n">acked</th>'
             '<th class="n">failed</th><th class="n">replayed</th><th class="n">executed</th>'
+            '<th class="n" title="windowed bolts: tuples at or behind the watermark">late</th>'
+            '<th class="n" title="windowed bolts: tuples acked without being evaluated in a window">dropped</th>'
             '<th class="n">complete latency p50 / p99 ms</th><th class="n">execute latency ms</th></tr>')
     return f'<div class="wide"><table data-testid="{esc(kind)}-components">{head}{"".join(rows)}</table></div>'
 

@@ -255,6 +255,9 @@ class Spout:
     emit = _unbound("emit")
     emit_direct = _unbound("emit_direct")
     finish = _unbound("finish")
+    # A bounded spout with nothing new to emit, whose tuples may still be pending (held in a
+    # window, say) or replayed: downstream windows may get end of input once every spout said it.
+    finish_input = _unbound("finish_input")
 
 
 class ReplayableSpout(Spout):

@@ -66,7 +66,9 @@ class LatencyHistogram:
         return h
 
 
-COUNTERS = ("emitted", "acked", "failed", "replayed", "executed", "timed_out")
+# late: a windowed bolt's tuples that arrived at or behind its watermark (to its late tuple
+# stream, or dropped); dropped: acked without being evaluated in any window.
+COUNTERS = ("emitted", "acked", "failed", "replayed", "executed", "timed_out", "late", "dropped")
 
 
 @dataclass
@@ -79,6 +81,8 @@ class ComponentStats:
     replayed: int = 0
     executed: int = 0
     timed_out: int = 0
+    late: int = 0
+    dropped: int = 0
     execute_latency_ms: float | None = None
     complete_latency_ms: float | None = None
     complete_latency_p50_ms: float | None = None
@@ -124,5 +128,12 @@ class RunStatus:
             lat = "-" if c.complete_latency_p50_ms is None else f"{c.complete_latency_p50_ms}/{c.complete_latency_p99_ms}"
             rows.append((name, str(c.tasks), str(c.emitted), str(c.acked), str(c.failed), str(c.replayed),
                          str(c.executed), lat))
+        windowed = [(name, c) for name, c in self.components.items() if c.late or c.dropped]
+        if windowed:  # windowed bolts' late and dropped tuples: only when there are any
+            rows = [(*r, "late", "dropped") if i == 0 else (*r, "", "") for i, r in enumerate(rows)]
+            index = {name: i + 1 for i, name in enumerate(list(self.components) + list(self.system_components))}
+            for name, c in windowed:
+                i = index[name]
+                rows[i] = (*rows[i][:-2], str(c.late), str(c.dropped))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows)

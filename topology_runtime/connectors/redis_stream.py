@@ -48,7 +48,7 @@ class RedisStreamSpout(Spout):
     ``claim_idle_ms // 4``); this task refreshes the delivery time of its own long-pending entries
     on the same schedule so that live consumers are not robbed. With ``bounded=True``,
     ``finish()`` is called once a read returns nothing and every emitted entry is acked or
-    dead-lettered.
+    dead-lettered (``finish_input()`` as soon as a read returns nothing).
     """
 
     def __init__(self, stream: str, url: str | None = None, group: str = "topology",
@@ -226,9 +226,12 @@ class RedisStreamSpout(Spout):
             read = len(entries)
             self._queue.extend(self._accept(entries))
             emitted += self._emit_queued(self.batch_size - emitted)
-        if self.bounded and not emitted and not read and not self._values and not self._queue:
-            self._flush()
-            self.finish()
+        if self.bounded and not emitted and not read and not self._queue:
+            if self._values:
+                self.finish_input()  # what is pending may sit in windows until end of input
+            else:
+                self._flush()
+                self.finish()
 
     def _emit_queued(self, limit: int) -> int:
         n, q, values = 0, self._queue, self._values

@@ -61,6 +61,11 @@ def summary(status: RunStatus) -> str:
     lines = [f"run {status.name!r} {status.state} after {status.uptime_secs:.1f}s"
              + (f" ({status.restarts} worker restart(s))" if status.restarts else "")]
     lines.append(status.table())
+    for name, c in status.components.items():
+        if c.dropped:
+            lines.append(f"warning: {name} dropped {c.dropped} tuple(s) without evaluating them in a window "
+                         f"({c.late} late; late tuples reach a bolt only through with_late_tuple_stream; "
+                         "a count window's partial tail at end of input is not evaluated)")
     if status.error:
         lines.append(f"error: {status.error}")
     for err in status.errors[-3:]:

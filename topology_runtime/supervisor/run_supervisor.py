@@ -28,6 +28,7 @@ from ..plan.planner import Plan
 from ..transport.messages import Control
 from ..transport.sockets import ControlServer
 from .stats import add_task_stats, component_stats
+from .window_end import WindowStallCheck, end_of_input_round, windows_held
 
 if TYPE_CHECKING:
     from .checkpoints import ExactlyOnceCheckpoints
@@ -86,6 +87,7 @@ class RunSupervisor:
         self._stop_sent_at: float | None = None
         self.draining = False
         self._final_checkpoint_sent = False
+        self._window_stall = WindowStallCheck()
         # Exactly-once: this supervisor coordinates checkpoints (barriers start at the spouts).
         self.eo = bool(plan.exactly_once)
         self.restart_all_requested = False
@@ -378,8 +380,27 @@ class RunSupervisor:
 
     def _evaluate_probe(self) -> None:
         replies = [self._replies[i] for i in sorted(self._replies)]
-        quiet = all(r["idle"] and r["finished"] and r["pending"] == 0 for r in replies)
-        if not quiet:
+        if not all(r["idle"] and r.get("input_done", r["finished"]) for r in replies):
+            self._last_quiet = None
+            stall = self._window_stall.update(replies, time.monotonic())
+            if stall is not None:
+                log.warning("run %s: %s", self.name, stall[1])
+                self._add_errors([{"component": stall[0], "task": None, "error": stall[1]}])
+            return
+        held = windows_held(replies)
+        if held:
+            # Input done and only windows hold tuples: once nothing moves for a whole probe,
+            # their windows get end of input (never a message timeout), in rounds down the graph.
+            vector = [(r["inc"], *r["counters"]) for r in replies]
+            if self._last_quiet == vector:
+                ready = sorted(end_of_input_round(self.plan, set(held)))
+                log.info("run %s: input done; end of input for window(s) %s", self.name, ", ".join(ready))
+                self._send_all({"t": Control.END_OF_INPUT, "components": ready})
+                self._last_quiet = None
+            else:
+                self._last_quiet = vector
+            return
+        if any(r["pending"] or not r["finished"] for r in replies):
             self._last_quiet = None
             return
         if self.checkpoints is not None:

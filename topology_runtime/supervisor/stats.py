@@ -3,10 +3,8 @@ over incarnations (and plans), then per component."""
 
 from __future__ import annotations
 
-from ..api.status import ComponentStats, LatencyHistogram
+from ..api.status import COUNTERS, ComponentStats, LatencyHistogram
 from ..plan.planner import ACKER, Plan
-
-COUNTERS = ("emitted", "acked", "failed", "replayed", "executed", "timed_out")
 
 
 def add_task_stats(into: dict, task: int, s: dict) -> None:

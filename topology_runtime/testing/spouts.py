@@ -10,7 +10,8 @@ from ..api.components import Spout
 
 class FixedTupleSpout(Spout):
     """Emits a fixed list of tuples, each with its index as message id; replays what fails and
-    calls ``finish()`` once every tuple was acked, so a run over it is bounded. ``acked`` and
+    calls ``finish()`` once every tuple was acked, so a run over it is bounded (``finish_input()``
+    once everything was emitted, so windows holding its tuples get end of input). ``acked`` and
     ``failed`` list the message ids (per task: each task emits the tuples of its index modulo
     the parallelism)."""
 
@@ -33,6 +34,8 @@ class FixedTupleSpout(Spout):
             self.emit(self.tuples[k], msg_id=k)
         elif not self.pending:
             self.finish()
+        else:
+            self.finish_input()  # the rest may sit in windows until end of input
 
     def ack(self, msg_id) -> None:
         self.pending.discard(msg_id)

@@ -27,5 +27,6 @@ class Control:
     DRAIN = "drain"  # stop the spouts, let pending trees finish
     STOP = "stop"  # end the worker
     FINAL_CHECKPOINT = "final_checkpoint"  # stateful: take one more checkpoint before completing
+    END_OF_INPUT = "end_of_input"  # components: every spout finished; these windowed bolts flush
     BARRIER = "barrier"  # exactly-once: txid: spouts snapshot and emit the barrier
     COMMIT = "commit"  # exactly-once: txid: commit what was prepared for it

@@ -26,6 +26,9 @@ LATE_TUPLE_FIELD = "late_tuple"
 DEFAULT_WATERMARK_INTERVAL = Duration(1)  # Storm's default
 TICK_FLOOR_SECS = 0.01  # the worker loop sleeps up to 20 ms when idle: finer ticks buy nothing
 LATE_LOG_SECS = 10.0
+IDLE_WATERMARK_INTERVALS = 5  # an upstream task silent this many watermark intervals is idle
+IDLE_FLOOR = Duration(1)
+END_OF_INPUT_WATERMARK = 1 << 62  # past any timestamp: every window holding an event is evaluated
 
 
 class TupleWindow:
@@ -73,22 +76,42 @@ def _execute_tuple(self: WindowedBolt, tup: Tuple) -> None:
             wm.advance(now)
         elif now >= self._next_watermark:
             self._next_watermark = now + self._watermark_ms
-            mark = gen.compute()
+            mark = gen.compute(now)
             if mark is not None:
                 wm.add_watermark(mark)
-        if self._late_dropped and now - self._late_logged >= LATE_LOG_SECS * 1000:
-            log.info("%s: %d late tuple(s) dropped so far (no late tuple stream)", self._window_id, self._late_dropped)
+        if self._late_dropped > self._late_logged_count and now - self._late_logged >= LATE_LOG_SECS * 1000:
+            self._log_dropped()
             self._late_logged = now
         return
     field = self._ts_field
     if field is None:
         wm.add(tup, _now_ms())
         return
-    ts = int(tup[field])
-    if self._wmgen.track((tup.info.component, tup.info.stream), ts):
+    ts = _timestamp(self, tup, field)
+    if ts is not None and self._wmgen.track(tup.source_task, ts):
         wm.add(tup, ts)
         return
-    self._late(tup)
+    if ts is not None:
+        self._late(tup)
+
+
+def _timestamp(self: WindowedBolt, tup: Tuple, field: str) -> int | None:
+    """The tuple's event time in ms; a tuple without a usable one is failed, with the error
+    naming the bolt, the field and the value (replaying it cannot help, but failing keeps it
+    visible and lets the spout decide)."""
+    try:
+        return int(tup[field])
+    except (KeyError, IndexError, TypeError, ValueError) as e:
+        value = tup.values if not isinstance(e, (TypeError, ValueError)) else tup[field]
+        report = getattr(self, "report_error", None)
+        err = ValueError(f"timestamp field {field!r} of a tuple from {tup.info.component}/{tup.info.stream} "
+                         f"is not an integer of milliseconds: {value!r}")
+        if report is not None:
+            report(f"{self._window_id}: event time", err)
+        else:
+            log.error("%s: %s", self._window_id, err)
+        self.fail(tup)
+        return None
 
 
 class WindowedBolt(Bolt):
@@ -103,6 +126,7 @@ class WindowedBolt(Bolt):
     _lag: Duration | None = None
     _watermark_interval: Duration | None = None
     _late_stream: str | None = None
+    _idle_timeout: Duration | None = None
     _window_inputs: list | None = None
     _window_id = "?"
 
@@ -154,6 +178,13 @@ class WindowedBolt(Bolt):
         self._watermark_interval = _duration(interval, "with_watermark_interval")
         return self
 
+    def with_idle_timeout(self, timeout: Duration) -> WindowedBolt:
+        """Event time: an upstream task that sends nothing for ``timeout`` (wall clock) stops
+        holding the watermark back until it sends again (default: 5 watermark intervals, at
+        least 1 s)."""
+        self._idle_timeout = _duration(timeout, "with_idle_timeout")
+        return self
+
     def with_late_tuple_stream(self, stream: str) -> WindowedBolt:
         self._late_stream = stream
         outputs = declared_streams(self, type(self).__name__)
@@ -162,8 +193,8 @@ class WindowedBolt(Bolt):
 
     # --- what create_topology and build_plan ask (duck-typed: the API layer cannot import us) ---
     def configure_component(self, bolt_id: str, inputs: list[tuple[str, str]], conf: dict) -> list[str]:
-        """Called by ``create_topology``: record the inputs (watermarks are per input stream),
-        ask for tick tuples when time drives the window, return what is wrong."""
+        """Called by ``create_topology``: record the inputs (event time takes its watermark over
+        their tasks), ask for tick tuples when time drives the window, return what is wrong."""
         self._window_id = bolt_id
         self._window_inputs = [tuple(i) for i in inputs]
         where = f"bolt {bolt_id!r}"
@@ -230,11 +261,15 @@ class WindowedBolt(Bolt):
             if not inputs:
                 raise ValueError(f"{self._window_id}: event time needs the bolt's inputs; build the topology with "
                                  "TopologyBuilder.create_topology")
-            self._wmgen = WatermarkGenerator(lag, inputs)
             self._watermark_ms = (self._watermark_interval or DEFAULT_WATERMARK_INTERVAL).ms
             self._next_watermark = now + self._watermark_ms
-        self._late_dropped = 0
+            idle = self._idle_timeout.ms if self._idle_timeout is not None else max(
+                IDLE_FLOOR.ms, IDLE_WATERMARK_INTERVALS * self._watermark_ms)
+            self._wmgen = WatermarkGenerator(lag, _upstream_tasks(context, inputs), idle, now)
+        self._late_count = 0  # late tuples: to the late stream, or dropped without one
+        self._late_dropped = 0  # tuples acked without being evaluated (late without a stream, count tails)
         self._late_logged = now
+        self._late_logged_count = 0
         self._anchors: list | None = None
         # Emits during an evaluation anchor to the window's tuples (Storm's WindowedOutputCollector).
         self._raw_emit, self._raw_emit_direct = self.emit, self.emit_direct
@@ -247,13 +282,55 @@ class WindowedBolt(Bolt):
         return self._raw_emit_direct(task, values, self._anchors if anchors is None else anchors, stream)
 
     def _late(self, tup: Tuple) -> None:
-        """Older than a watermark already passed (its windows have been evaluated): to the late
-        tuple stream, or dropped with a count; acked either way."""
+        """At or before a watermark already passed (its windows may have been evaluated): to
+        the late tuple stream, or dropped with a count; acked either way."""
+        self._late_count += 1
         if self._late_stream is not None:
             self._raw_emit([list(tup.values)], [tup], self._late_stream)
         else:
             self._late_dropped += 1
         self.ack(tup)
+
+    def _log_dropped(self) -> None:
+        log.warning("%s: %d tuple(s) dropped so far without evaluation (%d late; declare "
+                    "with_late_tuple_stream to receive late tuples)", self._window_id, self._late_dropped,
+                    self._late_count)
+        self._late_logged_count = self._late_dropped
+
+    # --- end of a bounded run -------------------------------------------------------------------
+    def end_of_input(self) -> None:
+        """Every spout has finished and nothing but windows holds tuples: evaluate what the
+        windows hold one last time and let every tuple go. Duration and event-time windows are
+        evaluated (event time: the watermark moves past every tuple); a count window's partial
+        tail is not (Storm's and Flink's count semantics): its tuples are acked and counted as
+        dropped. The windows are empty afterwards; the bolt keeps working if more arrives."""
+        wm = self._wm
+        if not wm.queue:
+            return
+        sliding = self._window_sliding
+        if self._wmgen is not None:
+            self._wmgen.close(max(e.ts for e in wm.queue))
+            wm.add_watermark(END_OF_INPUT_WATERMARK)
+        elif isinstance(sliding, Duration):
+            wm.fire(max(_now_ms(), max(e.ts for e in wm.queue)))
+        _, never = wm.drain()
+        if never:
+            self._late_dropped += len(never)
+            log.info("%s: end of input: %d tuple(s) in a partial count window acked without evaluation",
+                     self._window_id, len(never))
+        if self._late_dropped > self._late_logged_count:
+            self._log_dropped()
+
+    @property
+    def window_held(self) -> int:
+        """Tuples the window holds (the runtime asks, at the end of a bounded run)."""
+        wm = getattr(self, "_wm", None)
+        return 0 if wm is None else len(wm.queue)
+
+    @property
+    def window_stats(self) -> dict[str, int]:
+        """This task's late tuples and tuples dropped without evaluation (for the run's stats)."""
+        return {"late": getattr(self, "_late_count", 0), "dropped": getattr(self, "_late_dropped", 0)}
 
     def _expire(self, tuples: list) -> None:
         ack = self.ack
@@ -290,6 +367,15 @@ class WindowedBolt(Bolt):
     def late_tuples_dropped(self) -> int:
         """Late tuples dropped (acked, not evaluated) because no late tuple stream is declared."""
         return getattr(self, "_late_dropped", 0)
+
+
+def _upstream_tasks(context: Any, inputs: list) -> list[int]:
+    tasks: set[int] = set()
+    for component, _stream in inputs:
+        tasks.update(context.component_tasks(component))
+    if not tasks:
+        raise ValueError(f"event time: no upstream tasks found for the inputs {inputs!r}")
+    return sorted(tasks)
 
 
 def _duration(v: Any, what: str) -> Duration:

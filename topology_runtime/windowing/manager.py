@@ -40,9 +40,14 @@ class WindowManager:
     ``on_expiry(values)`` is called as values leave the window for good (the glue acks them);
     ``on_activation(values, new, expired, reference_ts)`` for each non-empty window."""
 
-    def __init__(self, on_activation: OnActivation, on_expiry: OnExpiry) -> None:
+    def __init__(self, on_activation: OnActivation, on_expiry: OnExpiry, ordered: bool = False) -> None:
         self.on_activation = on_activation
         self.on_expiry = on_expiry
+        # Event time: the queue is kept in timestamp order (stable for equal timestamps). The
+        # eviction scan stops at the first event past the reference time plus the lag, which is
+        # only sound if nothing older sits behind it; tuples from parallel upstream tasks arrive
+        # interleaved and out of order, and an arrival-ordered queue hid them from every window.
+        self.ordered = ordered
         self.queue: deque[Event] = deque()
         self.expired: list = []  # expired since the last activation (the window's get_expired)
         self.prev_window: set[int] = set()  # ids of the events in the last window
@@ -53,7 +58,18 @@ class WindowManager:
     # --- feeding -----------------------------------------------------------------------------
     def add(self, value: Any, ts: int) -> Event:
         ev = Event(value, ts)
-        self.queue.append(ev)
+        q = self.queue
+        if self.ordered and q and q[-1].ts > ts:
+            # Out of order: walk back from the tail (the distance is the skew between upstream
+            # tasks, not the window's size); deque.insert near the tail costs that distance too.
+            back = 0
+            for e in reversed(q):
+                if e.ts <= ts:
+                    break
+                back += 1
+            q.insert(len(q) - back, ev)
+        else:
+            q.append(ev)
         self.eviction.track(ev)
         self.trigger.track(ev)
         self.since_expiry += 1
@@ -133,6 +149,31 @@ class WindowManager:
         if isinstance(ev, CountEvictionPolicy):
             ev.current = len(kept)
 
+    def drain(self) -> tuple[list, list]:
+        """Empty the window for good (end of input, after the last evaluation): every value
+        leaves through ``on_expiry``. Returns (values that were in an evaluated window, values
+        that never were: a count window's partial tail)."""
+        prev = self.prev_window
+        q = self.queue
+        seen = [e.value for e in q if id(e) in prev]
+        never = [e.value for e in q if id(e) not in prev]
+        self.queue = deque()
+        self.prev_window = set()
+        self.since_expiry = 0
+        ev = self.eviction
+        if isinstance(ev, CountEvictionPolicy):
+            ev.current = 0
+        elif isinstance(ev, WatermarkCountEvictionPolicy):
+            ev.current = ev.processed = 0
+        if seen or never:
+            self.on_expiry(seen + never)
+        return seen, never
+
+    def fire(self, now: int) -> bool:
+        """Processing time: evaluate the window ending at ``now`` at once (end of input)."""
+        fire = getattr(self.trigger, "fire", None)
+        return bool(fire(now)) if fire is not None else False
+
     # --- what event-time triggers ask ------------------------------------------------------------
     def earliest_event_ts(self, start: int, end: int) -> int | None:
         ts = [e.ts for e in self.queue if start < e.ts <= end]
@@ -172,7 +213,7 @@ def build_manager(length: Any, sliding: Any, event_time: bool, lag_ms: int,
     in its watermark form when the bolt uses event time. Started at ``now`` (ms)."""
     from .policies import Count
 
-    m = WindowManager(on_activation, on_expiry)
+    m = WindowManager(on_activation, on_expiry, ordered=event_time)
     if isinstance(length, Count):
         m.eviction = WatermarkCountEvictionPolicy(length.value) if event_time else CountEvictionPolicy(length.value)
     else:
@@ -188,36 +229,70 @@ def build_manager(length: Any, sliding: Any, event_time: bool, lag_ms: int,
 
 
 class WatermarkGenerator:
-    """Storm's WaterMarkEventGenerator without its thread: ``track`` each tuple's timestamp per
-    input stream; ``compute()`` at every watermark interval returns a new watermark (the
-    minimum over the inputs' latest timestamps, minus the lag) or None."""
+    """Storm's WaterMarkEventGenerator without its thread, with Flink's per-channel rule: the
+    watermark is the minimum, over the upstream *tasks*, of the latest timestamp each delivered,
+    minus the lag. Taking the minimum over streams instead let one fast task of a parallel
+    upstream bolt push the watermark past what its slower sibling had still to send.
 
-    def __init__(self, lag_ms: int, input_streams: Iterable[Hashable]) -> None:
+    An upstream task that delivered nothing for ``idle_ms`` of wall-clock time is idle and left
+    out of the minimum until it delivers again (else a task that gets no data, e.g. under a
+    fields grouping, would hold every window back for ever); what it then sends at or before
+    the watermark is late. When every task is idle the watermark stays where it is.
+
+    ``track`` is called per tuple (no clock read); ``compute(now)`` at every watermark interval
+    returns a new watermark or None. A tuple is late when its timestamp is at or before the
+    last watermark: every window it could belong to may have been evaluated already."""
+
+    def __init__(self, lag_ms: int, upstream_tasks: Iterable[Hashable], idle_ms: int, now: int = 0) -> None:
         self.lag = lag_ms
-        self.inputs = set(input_streams)
+        self.idle = idle_ms
+        self.tasks = set(upstream_tasks)
         self.latest: dict[Hashable, int] = {}
-        self.last_watermark = 0
+        self.heard: set[Hashable] = set()  # tasks that delivered since the last compute
+        self.last_active: dict[Hashable, int] = dict.fromkeys(self.tasks, now)
+        self.last_watermark: int | None = None
 
-    def track(self, stream: Hashable, ts: int) -> bool:
-        """Record ``ts``; False when the tuple is late (older than the last watermark)."""
-        cur = self.latest.get(stream)
+    def track(self, task: Hashable, ts: int) -> bool:
+        """Record ``ts`` from upstream ``task``; False when the tuple is late."""
+        cur = self.latest.get(task)
         if cur is None or ts > cur:
-            self.latest[stream] = ts
-        return ts >= self.last_watermark
+            self.latest[task] = ts
+        self.heard.add(task)
+        last = self.last_watermark
+        return last is None or ts > last
 
-    def compute(self) -> int | None:
-        # Only once every input stream has delivered something (min over the inputs).
-        if len(self.latest) < len(self.inputs) or not self.latest:
-            return None
-        wm = min(self.latest.values()) - self.lag
-        if wm > self.last_watermark:
+    def active_tasks(self, now: int) -> list[Hashable]:
+        """The upstream tasks that count for the watermark at ``now`` (not idle)."""
+        active = self.last_active
+        for t in self.heard:
+            active[t] = now
+        self.heard.clear()
+        return [t for t in self.tasks if now - active[t] < self.idle]
+
+    def compute(self, now: int) -> int | None:
+        tasks = self.active_tasks(now)
+        if not tasks:
+            return None  # everyone idle: nothing tells how far event time got
+        latest = self.latest
+        if any(t not in latest for t in tasks):
+            return None  # an active task has not delivered yet: it may still send anything
+        wm = min(latest[t] for t in tasks) - self.lag
+        last = self.last_watermark
+        if last is None or wm > last:
             self.last_watermark = wm
             return wm
         return None
 
+    def close(self, ts: int) -> None:
+        """End of input: the watermark is at least ``ts`` (the newest event held)."""
+        last = self.last_watermark
+        if last is None or ts > last:
+            self.last_watermark = ts
+
     def get_state(self) -> list:
-        return [self.last_watermark, [[list(k) if isinstance(k, tuple) else k, v] for k, v in self.latest.items()]]
+        return [self.last_watermark, [[k, v] for k, v in self.latest.items()]]
 
     def restore_state(self, state: list) -> None:
+        # Upstream tasks that no longer exist (another parallelism) are dropped.
         self.last_watermark = state[0]
-        self.latest = {tuple(k) if isinstance(k, list) else k: v for k, v in state[1]}
+        self.latest = {k: v for k, v in state[1] if k in self.tasks}

@@ -288,6 +288,14 @@ class TimeTriggerPolicy:
         self.handler.on_trigger()
         return True
 
+    def fire(self, now: int) -> bool:
+        """Evaluate the window ending at ``now`` whether or not a firing is due (end of input:
+        no tuple can arrive any more, so ``now`` itself is in)."""
+        if self.eviction is not None:
+            self.eviction.set_context(EvictionContext(now, None, None, self.duration))
+        self.next_fire = now + self.duration
+        return self.handler.on_trigger()
+
     def get_state(self) -> Any:
         return None
 

@@ -28,12 +28,12 @@ from collections import deque
 from typing import Any
 
 from ..api.components import TICK_INFO, StatefulBolt, StreamInfo, Tuple
-from .bolt import WindowedBolt, _execute_tuple, _now_ms
+from .bolt import WindowedBolt, _execute_tuple, _now_ms, _timestamp
 from .policies import Event
 
 WINDOW_KEY = "__window"
 PARTITION = 1000  # events per state key: a checkpoint rewrites only the partitions that changed
-FORMAT = 1
+FORMAT = 2  # 2: watermarks per upstream task; the event-time queue in timestamp order
 
 
 def _part_key(p: int) -> str:
@@ -61,8 +61,10 @@ def _execute_stateful(self: StatefulWindowedBolt, tup: Tuple) -> None:
     if field is None:
         ts = _now_ms()
     else:
-        ts = int(tup[field])
-        if not self._wmgen.track((tup.info.component, tup.info.stream), ts):
+        ts = _timestamp(self, tup, field)
+        if ts is None:
+            return
+        if not self._wmgen.track(tup.source_task, ts):
             self._late(tup)
             return
     key = id(tup)
@@ -117,6 +119,11 @@ class StatefulWindowedBolt(WindowedBolt, StatefulBolt):
     def pre_rollback(self) -> None:
         self._rollback_window()
     pre_rollback._windowed = True
+
+    def end_of_input(self) -> None:
+        if self._reload:
+            self._restore_window(self.state)
+        super().end_of_input()
 
     # --- checks: acks wait for a checkpoint, not for the window -----------------------------------
     def check_topology_conf(self, bolt_id: str, conf: dict) -> list[str]:
@@ -196,7 +203,9 @@ class StatefulWindowedBolt(WindowedBolt, StatefulBolt):
                 prev_seqs.append(s)
         written = self._written
         for p, rows in parts.items():
-            sig = (len(rows), rows[-1][0])  # events only leave, or join at the highest seq: this changes with either
+            # Events only leave, or join with a new highest seq (anywhere in an event-time
+            # queue, which is in timestamp order): this changes with either.
+            sig = (len(rows), max(r[0] for r in rows))
             if written.get(p) != sig:
                 st.put(_part_key(p), [self._row(s, ev.value, ev.ts) for s, ev in rows])
                 written[p] = sig
@@ -215,7 +224,7 @@ class StatefulWindowedBolt(WindowedBolt, StatefulBolt):
         self._unsaved = {}
 
     def _restore_window(self, state: Any) -> None:
-        """Load the window from ``state`` (start-up, or after a rollback): the queue in arrival
+        """Load the window from ``state`` (start-up, or after a rollback): the queue in its live
         order, the last window's membership, what expired since it, the policies and watermarks."""
         self._reload = False
         wm = self._wm
@@ -241,8 +250,9 @@ class StatefulWindowedBolt(WindowedBolt, StatefulBolt):
             part = state.get(_part_key(p)) or []
             rows.extend(part)
             if part:
-                self._written[p] = (len(part), part[-1][0])
-        rows.sort(key=lambda r: r[0])
+                self._written[p] = (len(part), max(r[0] for r in part))
+        # The live queue's order: arrival (seq), or timestamp then arrival on event time.
+        rows.sort(key=(lambda r: (r[2], r[0])) if wm.ordered else (lambda r: r[0]))
         prev_ranges = meta["prev"]
         starts = [a for a, _ in prev_ranges]
         queue: deque[Event] = deque()

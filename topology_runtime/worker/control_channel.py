@@ -74,8 +74,12 @@ def handle_control(w: Worker) -> None:
                 "t": Control.PROBE_REPLY, "w": w.index, "inc": w.spec.incarnation, "seq": msg["seq"],
                 "idle": not w.queue and not w.transport.backlogged() and not w.off_loop_inflight,
                 "finished": all(s.finished or s.deactivated for s in spouts if not s.system),
+                "input_done": all(s.finished or s.deactivated or s.input_finished for s in spouts if not s.system),
                 "cp_final_done": None if cp is None else cp.final_done,
                 "pending": sum(len(s.pending) for s in spouts),
+                "held": windows_held(w),
+                "at_cap": {s.component: s.max_pending for s in spouts if not s.system
+                           and s.max_pending is not None and len(s.pending) >= s.max_pending},
                 "counters": [w.sent_batches, w.recv_batches,
                              sum(e.stats.executed for e in w.local_bolts.values()),
                              sum(e.stats.emitted for e in spouts)],
@@ -99,6 +103,8 @@ def handle_control(w: Worker) -> None:
             except Exception as e:  # noqa: BLE001
                 log.exception("exactly-once commit %s failed", msg["txid"])
                 w.exactly_once_failure(f"commit {msg['txid']}: {e}")
+        elif t == Control.END_OF_INPUT:
+            end_of_input(w, set(msg.get("components") or ()))
         elif t == Control.FINAL_CHECKPOINT:
             if w.checkpoint_spout is not None and w.checkpoint_spout.machine is not None:
                 w.checkpoint_spout.machine.request_final(time.monotonic())
@@ -106,11 +112,40 @@ def handle_control(w: Worker) -> None:
             w.stop_requested = True
 
 
+def windows_held(w: Worker) -> dict[str, int]:
+    """Tuples held by this worker's windowed bolts, per component (only those holding any)."""
+    held: dict[str, int] = {}
+    for ex in w.local_bolts.values():
+        n = getattr(ex.instance, "window_held", 0)
+        if n:
+            held[ex.component] = held.get(ex.component, 0) + n
+    return held
+
+
+def end_of_input(w: Worker, components: set[str]) -> None:
+    """A bounded run's input is done: these components' windows evaluate what they hold."""
+    for ex in w.local_bolts.values():
+        if ex.component not in components:
+            continue
+        flush = getattr(ex.instance, "end_of_input", None)
+        if flush is None:
+            continue
+        try:
+            flush()
+        except Exception as e:  # noqa: BLE001 - a user's evaluation raised: reported, the worker goes on
+            ex.report_error("end of input", e)
+    w._flush()
+
+
 def stats_snapshot(w: Worker) -> dict:
     tasks: dict[int, dict] = {}
     for group in (w.local_spouts, w.local_bolts, w.local_ackers):
         for task, ex in group.items():
             tasks[task] = ex.stats.to_dict()
+    for task, ex in w.local_bolts.items():
+        extra = getattr(ex.instance, "window_stats", None)  # windowed bolts: late and dropped tuples
+        if extra:
+            tasks[task].update(extra)
     if w.queue:  # input queue depth per task (once per stats interval, not per tuple)
         depth: dict[int, int] = {}
         for ex, _ in w.queue:

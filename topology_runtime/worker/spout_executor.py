@@ -47,6 +47,7 @@ class SpoutExecutor(BaseExecutor):
         self.n_ackers = port.n_ackers
         self.acker_slot = port.preferred_acker_slot()
         self.finished = False
+        self.input_finished = False  # nothing new to emit; pending trees may still replay
         self.deactivated = False
         self.system = component.startswith("$")  # $checkpointspout: does not count for completion
         self.failed_ids: set = set()
@@ -54,6 +55,7 @@ class SpoutExecutor(BaseExecutor):
         instance.emit = self.emit
         instance.emit_direct = self.emit_direct
         instance.finish = self.finish
+        instance.finish_input = self.finish_input
         instance.fail_run = self.fail_run
 
     def emit(self, values, msg_id: Any = None, stream: str = DEFAULT_STREAM) -> list[int]:
@@ -72,6 +74,11 @@ class SpoutExecutor(BaseExecutor):
 
     def finish(self) -> None:
         self.finished = True
+
+    def finish_input(self) -> None:
+        """No new tuples from this task (replays of failed ones may follow): a bounded run's
+        windows get end of input once every spout task has said so or finished."""
+        self.input_finished = True
 
     def fail_run(self, error: str) -> None:
         """End the whole run as failed with ``error`` (for a system spout that knows no retry can
