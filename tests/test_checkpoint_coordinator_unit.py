@@ -8,7 +8,7 @@ import sys
 
 from state.checkpoint_state import COMMITTED, COMMITTING, PREPARING, CheckPointState
 from topology_runtime.reliability.checkpoint_coordinator import CheckpointAction, CheckpointCoordinator, Phase
-from topology_runtime.transport.messages import Control
+from topology_runtime.transport.messages import Barrier, Commit
 
 SPOUTS = (3, 4)  # spout tasks
 WORKERS = (0, 1)
@@ -33,13 +33,13 @@ def test_normal_round_saves_before_it_sends():
     m = _machine(committed=5)
     assert m.tick(0.5, running=True) is None  # interval not elapsed
     a = m.tick(1.0, running=True)
-    assert a == CheckpointAction(CheckPointState(6, PREPARING), Control.BARRIER)
-    assert a.message() == {"t": Control.BARRIER, "txid": 6}
+    assert a == CheckpointAction(CheckPointState(6, PREPARING), Barrier)
+    assert a.message() == Barrier(6) and a.message().to_wire() == {"t": "barrier", "txid": 6}
     assert m.phase is Phase.PREPARE and m.waiting == {3, 4}
     assert m.on_barrier_done(6, 3) is None
     a = m.on_barrier_done(6, 4)
-    assert a == CheckpointAction(CheckPointState(6, COMMITTING), Control.COMMIT)
-    assert a.message() == {"t": Control.COMMIT, "txid": 6}
+    assert a == CheckpointAction(CheckPointState(6, COMMITTING), Commit)
+    assert a.message() == Commit(6)
     assert m.phase is Phase.COMMIT and m.waiting == {0, 1}
     assert m.on_committed(6, 0) is None
     a = m.on_committed(6, 1)

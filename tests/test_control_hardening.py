@@ -12,8 +12,10 @@ import zmq
 
 from topology_runtime import BasicBolt, LocalCluster, Spout, TopologyBuilder
 from topology_runtime.testing import wait_for
-from topology_runtime.transport.messages import Control
+from topology_runtime.transport.messages import Fatal, Hello, Peers, Probe, Ready
 from topology_runtime.transport.sockets import _HEADER, DataTransport, _mac, pack
+
+pytestmark = pytest.mark.slow  # attacks on live runs' ports: not in make test-fast
 
 
 class Numbers(Spout):
@@ -128,7 +130,7 @@ def test_replayed_or_redirected_authentic_messages_are_refused(live_run):
     s.connect(sup.control.address)
     rejected = sup.control.rejected
     for seq in (1, 2, 3):  # worker 0's first messages of incarnation 0: long used
-        payload = pack({"t": Control.FATAL, "w": 0, "error": "replayed"})
+        payload = pack(Fatal(0, 0, "src", 1, "replayed", "").to_wire())  # well-formed: only the replay is wrong
         header = _HEADER.pack(0, 0, seq)
         s.send_multipart([_mac(sup.secret, sup.control.address.encode(), header, payload), header, payload])
     assert wait_for(lambda: sup.control.rejected >= rejected + 3, timeout=10)
@@ -191,15 +193,15 @@ def test_a_worker_whose_control_connection_was_remade_is_heard_and_answered_agai
     ctx = zmq.Context()
     me = "tcp://127.0.0.1:1"  # the worker's data address: what the supervisor's MACs are bound to
     first = ControlClient(ctx, sup.secret, sup.control.address, me=me, sender=0, epoch=0)
-    first.send({"t": Control.HELLO, "w": 0, "addr": me, "pid": 1})
+    first.send(Hello(0, 0, me, 1, "python", "localhost"))
     assert wait_for(lambda: (sup.step(20), sup.slots[0].identity)[1] is not None, timeout=5)
-    assert wait_for(lambda: any(m["t"] == Control.PEERS for m in first.recv_all()), timeout=5)
+    assert wait_for(lambda: any(isinstance(m, Peers) for m in first.recv_all()), timeout=5)
     again = ControlClient(ctx, sup.secret, sup.control.address, me=me, sender=0, epoch=0)
     again._sender = first._sender  # the same incarnation, its sequence numbers going on
     first.close()
-    again.send({"t": Control.READY, "w": 0})
+    again.send(Ready(0, 0))
     assert wait_for(lambda: (sup.step(20), sup.state)[1] == "running", timeout=5)
-    assert wait_for(lambda: (sup.step(20), any(m["t"] == Control.PROBE for m in again.recv_all()))[1], timeout=5)
+    assert wait_for(lambda: (sup.step(20), any(isinstance(m, Probe) for m in again.recv_all()))[1], timeout=5)
     again.close()
     sup.close()
     ctx.term()

@@ -113,3 +113,82 @@ def test_no_module_over_500_lines():
                                                       *(ROOT / "plugins").rglob("*.py")]
             if (n := len(p.read_text().splitlines())) > 500]
     assert not long, long
+
+
+# --- import circles ---------------------------------------------------------------------------------
+
+SOURCES = [PKG, ROOT / "state", ROOT / "plugins" / "topology_airflow"]
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT / "plugins" if "plugins" in path.parts else ROOT).with_suffix("")
+    parts = list(rel.parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_edges(path: Path, modules: set[str]) -> set[str]:
+    """Every project module ``path`` imports: at module level, inside functions, under
+    TYPE_CHECKING, and ``importlib.import_module("...")`` string constants. ``from pkg import
+    name`` counts as ``pkg.name`` when that is a module, else as ``pkg``."""
+    me = _module_name(path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            for a in node.names:
+                names.add(f"{mod}.{a.name}" if f"{mod}.{a.name}" in modules else mod)
+        elif isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
+              and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            names.add(node.args[0].value)
+    out = set()
+    for n in names:
+        while n and n not in modules:  # a name inside a module: the module
+            n = n.rpartition(".")[0]
+        if n and n != me:
+            out.add(n)
+    return out
+
+
+def test_no_import_circles():
+    paths = {(_module_name(p)): p for src in SOURCES for p in src.rglob("*.py")}
+    modules = set(paths)
+    graph = {m: _import_edges(p, modules) for m, p in paths.items()}
+    # Tarjan's strongly connected components: any with two or more modules is a circle.
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                circles.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert not circles, "import circles:\n" + "\n".join(" <-> ".join(c) for c in circles)

@@ -17,7 +17,8 @@ from ..api.config import resolve_config
 from ..api.status import FAILED, FINAL_STATES, RunStatus
 from ..plan.planner import build_plan
 from ..supervisor.run_supervisor import RunSupervisor
-from ..worker.worker import WorkerSpec, run_worker
+from ..worker.process import run_worker
+from ..worker.worker import WorkerSpec
 
 log = logging.getLogger("topology.local")
 _fork = multiprocessing.get_context("fork")

@@ -39,7 +39,8 @@ from ..control.control_plane import ControlPlane, LeaseKeeper, RunAlreadyLive
 from ..control.reporter import RunReporter
 from ..plan.planner import build_plan
 from ..supervisor.run_supervisor import RunSupervisor
-from ..worker.worker import WorkerSpec, run_worker
+from ..worker.process import run_worker
+from ..worker.worker import WorkerSpec
 from . import spark_failures as failures
 from .local import load_topology
 from .spark_placement import Placement

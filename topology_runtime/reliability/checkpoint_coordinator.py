@@ -4,7 +4,7 @@ what it still waits for, and which record to save and message to send next (no I
 The supervisor drives it (``supervisor/checkpoints.py``): it passes the clock and the workers'
 messages in, and carries out each returned :class:`CheckpointAction` in order: save
 ``action.record`` as the topology's checkpoint record, *then* (only if that worked) send
-``{"t": action.send, "txid": action.txid}`` to every worker. One checkpoint is in flight at a
+``action.message()`` (a Barrier or a Commit of ``action.txid``) to every worker. One checkpoint is in flight at a
 time:
 
     idle --tick, interval elapsed--> prepare(t): save PREPARING(t), send BARRIER t
@@ -23,7 +23,7 @@ from enum import Enum
 
 from state.checkpoint_state import COMMITTED, COMMITTING, PREPARING, CheckPointState
 
-from ..transport.messages import Control
+from ..transport.messages import Barrier, Commit
 
 
 class Phase(Enum):
@@ -36,26 +36,26 @@ class Phase(Enum):
 
 @dataclass(frozen=True)
 class CheckpointAction:
-    """Save ``record`` as the checkpoint record, then send ``send`` (a :class:`Control` kind,
-    with ``txid``) to every worker; ``send`` is None when there is nothing to send."""
+    """Save ``record`` as the checkpoint record, then send ``send`` (a message kind, of
+    ``txid``) to every worker; ``send`` is None when there is nothing to send."""
 
     record: CheckPointState
-    send: str | None = None
+    send: type[Barrier] | type[Commit] | None = None
 
     @property
     def txid(self) -> int:
         return self.record.txid
 
-    def message(self) -> dict | None:
-        return None if self.send is None else {"t": self.send, "txid": self.txid}
+    def message(self) -> Barrier | Commit | None:
+        return None if self.send is None else self.send(self.txid)
 
 
 def start_action(txid: int) -> CheckpointAction:
-    return CheckpointAction(CheckPointState(txid, PREPARING), Control.BARRIER)
+    return CheckpointAction(CheckPointState(txid, PREPARING), Barrier)
 
 
 def commit_action(txid: int) -> CheckpointAction:
-    return CheckpointAction(CheckPointState(txid, COMMITTING), Control.COMMIT)
+    return CheckpointAction(CheckPointState(txid, COMMITTING), Commit)
 
 
 def committed_action(txid: int) -> CheckpointAction:

@@ -22,7 +22,7 @@ from state.replication import Replication
 from ..api.config import state_redis_url, state_replication
 from ..plan.planner import Plan
 from ..reliability.checkpoint_coordinator import CheckpointAction, CheckpointCoordinator
-from ..transport.messages import Control
+from ..transport.messages import BarrierDone, Committed
 
 log = logging.getLogger("topology.supervisor")
 
@@ -83,12 +83,12 @@ class ExactlyOnceCheckpoints:
         """Start a checkpoint when one is due (``running``: the run is up and not stopping)."""
         self._perform(self.coordinator.tick(now, running))
 
-    def on_message(self, t: str, msg: dict) -> None:
-        """A worker's BARRIER_DONE or COMMITTED (already checked to be of its current incarnation)."""
-        if t == Control.BARRIER_DONE:
-            self._perform(self.coordinator.on_barrier_done(msg.get("txid"), msg["task"]))
-        elif t == Control.COMMITTED:
-            self._perform(self.coordinator.on_committed(msg.get("txid"), msg["w"]))
+    def on_message(self, msg: BarrierDone | Committed) -> None:
+        """A worker's BarrierDone or Committed (already checked to be of its current incarnation)."""
+        if isinstance(msg, BarrierDone):
+            self._perform(self.coordinator.on_barrier_done(msg.txid, msg.task))
+        else:
+            self._perform(self.coordinator.on_committed(msg.txid, msg.w))
 
     def request_final(self) -> None:
         if self.coordinator.request_final():

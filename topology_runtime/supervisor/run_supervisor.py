@@ -12,7 +12,7 @@ import logging
 import secrets
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..api.status import (
@@ -25,7 +25,7 @@ from ..api.status import (
     RunStatus,
 )
 from ..plan.planner import Plan
-from ..transport.messages import Control
+from ..transport import messages as cm
 from ..transport.sockets import ControlServer
 from .stats import add_task_stats, component_stats
 from .window_end import WindowStallCheck, end_of_input_round, windows_held
@@ -146,7 +146,7 @@ class RunSupervisor:
         with self.lock:
             if self._stop_reason is None and not self.restart_all_requested:
                 self.restart_all_requested = True
-                self._send_all({"t": Control.STOP})
+                self._send_all(cm.Stop())
 
     def stage_failed(self, reason: str, give_up: bool | None = None) -> bool:
         """Every worker ended at once (a Spark barrier stage failed). True: relaunch them all.
@@ -221,7 +221,7 @@ class RunSupervisor:
                 return
             if drain:
                 self.draining = True
-                self._send_all({"t": Control.DRAIN})
+                self._send_all(cm.Drain())
                 log.info("run %s: draining (spouts stopped; waiting for pending trees)", self.name)
             else:
                 self._begin_stop(KILLED)
@@ -238,9 +238,9 @@ class RunSupervisor:
                 if got is None:
                     break
                 identity, sender, epoch, msg = got
-                if msg.get("w") != sender:
-                    continue  # authentic, but not its own index: ignore
-                msg["inc"] = epoch  # the incarnation the MAC vouches for
+                if not isinstance(msg, cm.FromWorker) or msg.w != sender:
+                    continue  # authentic, but not a worker's message or not its own index: ignore
+                msg = replace(msg, inc=epoch)  # the incarnation the MAC vouches for
                 with self.lock:
                     try:
                         self._on_message(identity, msg)
@@ -267,27 +267,26 @@ class RunSupervisor:
                 self._finish()
 
     # --- internals (lock held) --------------------------------------------------------------------
-    def _send(self, slot: WorkerSlot, msg: dict) -> None:
+    def _send(self, slot: WorkerSlot, msg: cm.ControlMessage) -> None:
         if slot.identity is not None and slot.address:
             self.control.send(slot.identity, slot.address, msg)
 
-    def _send_all(self, msg: dict) -> None:
+    def _send_all(self, msg: cm.ControlMessage) -> None:
         for slot in self.slots.values():
             self._send(slot, msg)
 
     def _peers(self) -> dict:
         return {str(i): s.address for i, s in self.slots.items() if s.address}
 
-    def _on_message(self, identity: bytes, msg: dict) -> None:
-        t = msg.get("t")
-        w = msg.get("w")
+    def _on_message(self, identity: bytes, msg: cm.FromWorker) -> None:
+        w = msg.w
         if w not in self.slots:
             return
         slot = self.slots[w]
-        inc = msg.get("inc", slot.incarnation)
+        inc = msg.inc
         if inc < slot.min_incarnation:
             return  # from an incarnation that already died
-        if t == Control.HELLO:
+        if isinstance(msg, cm.Hello):
             if inc < slot.incarnation:
                 return  # an older incarnation's hello, late or replayed
             slot.identity = identity  # its connection: the only one control messages go to
@@ -297,21 +296,20 @@ class RunSupervisor:
                 slot.incarnation = inc
                 slot.ready = False
                 slot.stopped = False
-            slot.address = msg["addr"]
-            slot.hello = {k: msg.get(k) for k in ("pid", "python", "host")}
-            slot.extra["pid"] = msg.get("pid")
+            slot.address = msg.addr
+            slot.hello = {"pid": msg.pid, "python": msg.python, "host": msg.host}
+            slot.extra["pid"] = msg.pid
             slot.last_seen = time.monotonic()
             if self._stop_reason is not None:
-                self._send(slot, {"t": Control.STOP})
+                self._send(slot, cm.Stop())
                 return
             if all(s.address for s in self.slots.values()):
-                if not self._peers_sent:
-                    self._peers_sent = True
-                    self._send_all({"t": Control.PEERS, "peers": self._peers()})
-                else:  # a restarted worker: everyone learns its new address
-                    self._send_all({"t": Control.PEERS, "peers": self._peers()})
-                    if self.draining:
-                        self._send(slot, {"t": Control.DRAIN})
+                # First table, or a restarted worker: everyone learns its new address.
+                restarted = self._peers_sent
+                self._peers_sent = True
+                self._send_all(cm.Peers(self._peers()))
+                if restarted and self.draining:
+                    self._send(slot, cm.Drain())
             return
         if inc != slot.incarnation:
             return  # a late message from a previous incarnation
@@ -321,41 +319,41 @@ class RunSupervisor:
             log.info("run %s: worker %d reconnected", self.name, w)
             slot.identity = identity
         slot.last_seen = time.monotonic()
-        if t == Control.READY:
+        if isinstance(msg, cm.Ready):
             slot.ready = True
             slot.startup_failures = 0
             if self.state == STARTING and all(s.ready for s in self.slots.values()):
                 self.state = RUNNING
                 self.running_since = time.monotonic()
                 log.info("run %s: running on %d worker(s)", self.name, len(self.slots))
-        elif t in (Control.STATS, Control.STOPPED):
-            slot.stats = msg["stats"].get("tasks", {})
-            slot.extra = {"pid": slot.extra.get("pid"), **{k: v for k, v in msg["stats"].items() if k != "tasks"}}
-            self._add_errors(msg.get("errors") or [])
-            if t == Control.STOPPED:
+        elif isinstance(msg, cm.Stats):  # Stopped too: the final ones
+            slot.stats = msg.stats.get("tasks", {})
+            slot.extra = {"pid": slot.extra.get("pid"), **{k: v for k, v in msg.stats.items() if k != "tasks"}}
+            self._add_errors(msg.errors)
+            if isinstance(msg, cm.Stopped):
                 slot.stopped = True
-        elif t == Control.FATAL:
+        elif isinstance(msg, cm.Fatal):
             slot.startup_failures += 1
-            self._add_errors([{**msg, "fatal": True}])
+            self._add_errors([{"component": msg.component, "task": msg.task, "error": msg.error,
+                               "traceback": msg.traceback, "worker": w, "fatal": True}])
             if self.restart_all_on_failure:
                 # Spark: the barrier stage only ends when every task returns, so stop the rest
                 # and let the driver relaunch the stage (or give up after repeated failures).
-                self._send_all({"t": Control.STOP})
-        elif t == Control.EO_FAILURE:
+                self._send_all(cm.Stop())
+        elif isinstance(msg, cm.ExactlyOnceFailure):
             if self.checkpoints is not None and not self.restart_all_requested and self._stop_reason is None:
                 log.warning("run %s: %s: rolling every task back to checkpoint %d",
-                            self.name, msg.get("reason"), self.checkpoints.committed)
+                            self.name, msg.reason, self.checkpoints.committed)
                 self._request_restart_all()
-        elif t == Control.RUN_FAILED:
+        elif isinstance(msg, cm.RunFailed):
             if self._stop_reason is None and self.state not in FINAL_STATES:
-                self._add_errors([{"component": msg.get("component"), "task": msg.get("task"),
-                                   "error": msg.get("error"), "worker": w}])
-                self._fail(f"{msg.get('component')}: {msg.get('error')}")
-        elif t in (Control.BARRIER_DONE, Control.COMMITTED):
+                self._add_errors([{"component": msg.component, "task": msg.task, "error": msg.error, "worker": w}])
+                self._fail(f"{msg.component}: {msg.error}")
+        elif isinstance(msg, (cm.BarrierDone, cm.Committed)):
             if self.checkpoints is not None:
-                self.checkpoints.on_message(t, msg)
-        elif t == Control.PROBE_REPLY:
-            if msg.get("seq") == self._probe_seq:
+                self.checkpoints.on_message(msg)
+        elif isinstance(msg, cm.ProbeReply):
+            if msg.seq == self._probe_seq:
                 self._replies[w] = msg
                 if len(self._replies) == len(self.slots):
                     self._evaluate_probe()
@@ -376,11 +374,11 @@ class RunSupervisor:
         self._probe_at = time.monotonic()
         self._probe_seq += 1
         self._replies = {}
-        self._send_all({"t": Control.PROBE, "seq": self._probe_seq})
+        self._send_all(cm.Probe(self._probe_seq))
 
     def _evaluate_probe(self) -> None:
         replies = [self._replies[i] for i in sorted(self._replies)]
-        if not all(r["idle"] and r.get("input_done", r["finished"]) for r in replies):
+        if not all(r.idle and r.input_done for r in replies):
             self._last_quiet = None
             stall = self._window_stall.update(replies, time.monotonic())
             if stall is not None:
@@ -391,16 +389,16 @@ class RunSupervisor:
         if held:
             # Input done and only windows hold tuples: once nothing moves for a whole probe,
             # their windows get end of input (never a message timeout), in rounds down the graph.
-            vector = [(r["inc"], *r["counters"]) for r in replies]
+            vector = [(r.inc, *r.counters) for r in replies]
             if self._last_quiet == vector:
                 ready = sorted(end_of_input_round(self.plan, set(held)))
                 log.info("run %s: input done; end of input for window(s) %s", self.name, ", ".join(ready))
-                self._send_all({"t": Control.END_OF_INPUT, "components": ready})
+                self._send_all(cm.EndOfInput(ready))
                 self._last_quiet = None
             else:
                 self._last_quiet = vector
             return
-        if any(r["pending"] or not r["finished"] for r in replies):
+        if any(r.pending or not r.finished for r in replies):
             self._last_quiet = None
             return
         if self.checkpoints is not None:
@@ -409,19 +407,19 @@ class RunSupervisor:
                 self.checkpoints.request_final()
                 self._last_quiet = None
                 return
-        elif self.plan.stateful and not any(r.get("cp_final_done") for r in replies):
+        elif self.plan.stateful and not any(r.cp_final_done for r in replies):
             # Stateful: one more full checkpoint commits what the last tuples changed. Asked
             # again on every quiet probe: a restarted checkpoint spout forgets the request.
             if not self._final_checkpoint_sent:
                 self._final_checkpoint_sent = True
                 log.info("run %s: input done; taking a final checkpoint", self.name)
-            self._send_all({"t": Control.FINAL_CHECKPOINT})
+            self._send_all(cm.FinalCheckpoint())
             self._last_quiet = None
             return
-        vector = [(r["inc"], *r["counters"]) for r in replies]
-        no_restarts = all(r["inc"] == 0 for r in replies)
-        balanced = (not no_restarts) or sum(r["counters"][0] for r in replies) == sum(
-            r["counters"][1] for r in replies)
+        vector = [(r.inc, *r.counters) for r in replies]
+        no_restarts = all(r.inc == 0 for r in replies)
+        balanced = (not no_restarts) or sum(r.counters[0] for r in replies) == sum(
+            r.counters[1] for r in replies)
         # Quiet twice in a row with nothing moved in between: no tuple can still be in flight.
         if balanced and self._last_quiet == vector:
             log.info("run %s: %s", self.name, "drained" if self.draining else "all spouts finished and every tuple is processed")
@@ -432,7 +430,7 @@ class RunSupervisor:
     def _begin_stop(self, final_state: str) -> None:
         self._stop_reason = final_state
         self._stop_sent_at = time.monotonic()
-        self._send_all({"t": Control.STOP})
+        self._send_all(cm.Stop())
 
     def _fail(self, error: str) -> None:
         log.error("run %s failed: %s", self.name, error)
@@ -473,7 +471,7 @@ class RunSupervisor:
             return
         self.restart_all_requested = True
         if self.restart_all_on_failure:  # Spark: end the stage; the driver relaunches it
-            self._send_all({"t": Control.STOP})
+            self._send_all(cm.Stop())
 
     def restart_all_done(self) -> None:
         """The launcher stopped every worker: recover the state, then they start again."""

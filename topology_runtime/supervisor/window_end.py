@@ -10,15 +10,16 @@ window emits when it flushes reaches a downstream window before that one flushes
 from __future__ import annotations
 
 from ..plan.planner import Plan
+from ..transport.messages import ProbeReply
 
 WINDOW_STALL_SECS = 5.0
 
 
-def windows_held(replies: list[dict]) -> dict[str, int]:
+def windows_held(replies: list[ProbeReply]) -> dict[str, int]:
     """Tuples held in windows, per component, over the workers' replies."""
     held: dict[str, int] = {}
     for r in replies:
-        for cid, n in (r.get("held") or {}).items():
+        for cid, n in r.held.items():
             held[cid] = held.get(cid, 0) + n
     return held
 
@@ -55,10 +56,10 @@ class WindowStallCheck:
         self.since: float | None = None
         self.reported = False
 
-    def update(self, replies: list[dict], now: float) -> tuple[str, str] | None:
-        capped = {c: cap for r in replies for c, cap in (r.get("at_cap") or {}).items()}
+    def update(self, replies: list[ProbeReply], now: float) -> tuple[str, str] | None:
+        capped = {c: cap for r in replies for c, cap in r.at_cap.items()}
         held = windows_held(replies)
-        if not (capped and held and all(r["idle"] for r in replies)):
+        if not (capped and held and all(r.idle for r in replies)):
             self.since = None
             return None
         if self.since is None:

@@ -24,6 +24,8 @@ from typing import Any
 import msgpack
 import zmq
 
+from .messages import ControlMessage, ControlMessageError, parse
+
 log = logging.getLogger(__name__)
 
 _MAC_SIZE = 16
@@ -184,6 +186,18 @@ class DataTransport:
         self.ctx.term()
 
 
+def _parse_control(payload: bytes) -> ControlMessage | None:
+    """An authentic control message, or None (logged): authentic but unreadable is a bug or a
+    peer of another version, not an attack."""
+    try:
+        return parse(unpack(payload))
+    except ControlMessageError as e:
+        log.warning("control: dropped an authenticated message: %s", e)
+    except Exception:  # noqa: BLE001 - not msgpack
+        log.warning("control: dropped an authenticated message that is not msgpack")
+    return None
+
+
 class ControlServer:
     """The run's control endpoint (the supervisor's side): a ROUTER that workers' DEALERs connect
     to. Identities are the ROUTER's own (random per connection): a worker is known by the identity
@@ -207,7 +221,7 @@ class ControlServer:
     def poll(self, timeout_ms: int) -> bool:
         return bool(self.sock.poll(timeout_ms, zmq.POLLIN))
 
-    def recv(self) -> tuple[bytes, int, int, dict] | None:
+    def recv(self) -> tuple[bytes, int, int, ControlMessage] | None:
         """(identity, sender, epoch, message) of the next authentic message; None when none is
         waiting. Junk is dropped in a loop (never by recursion: a flood must not overflow)."""
         while True:
@@ -218,17 +232,13 @@ class ControlServer:
             got = self._receiver.check(frames[1:]) if len(frames) == 4 else self._receiver.check([])
             if got is None:
                 continue
-            try:
-                msg = unpack(got[2])
-            except Exception:  # noqa: BLE001 - authentic but undecodable: a bug, not an attack
-                log.warning("control: dropped an authenticated message that is not msgpack")
-                continue
-            if isinstance(msg, dict):
+            msg = _parse_control(got[2])
+            if msg is not None:
                 return frames[0], got[0], got[1], msg
 
-    def send(self, identity: bytes, dest: str, msg: dict) -> None:
+    def send(self, identity: bytes, dest: str, msg: ControlMessage) -> None:
         """To the worker connected as ``identity`` whose data address is ``dest``."""
-        payload = pack(msg)
+        payload = pack(msg.to_wire())
         header = self._sender.header()
         try:
             self.sock.send_multipart([identity, _mac(self.secret, dest.encode(), header, payload), header, payload],
@@ -255,8 +265,8 @@ class ControlClient:
         self._sender = _Sender(sender, epoch)
         self._receiver = _Receiver(secret, me, "control")
 
-    def send(self, msg: dict) -> None:
-        payload = pack(msg)
+    def send(self, msg: ControlMessage) -> None:
+        payload = pack(msg.to_wire())
         header = self._sender.header()
         try:
             self.sock.send_multipart([_mac(self.secret, self.server, header, payload), header, payload],
@@ -264,7 +274,7 @@ class ControlClient:
         except zmq.Again:
             pass
 
-    def recv_all(self) -> list[dict]:
+    def recv_all(self) -> list[ControlMessage]:
         out = []
         while True:
             try:
@@ -273,8 +283,8 @@ class ControlClient:
                 return out
             got = self._receiver.check(frames)
             if got is not None and got[0] == SUPERVISOR:
-                msg = unpack(got[2])
-                if isinstance(msg, dict):
+                msg = _parse_control(got[2])
+                if msg is not None:
                     out.append(msg)
 
     def close(self) -> None:

@@ -1,5 +1,10 @@
 """The worker's side of the control channel: hello and peer addresses at start, then the
-supervisor's messages (probe, drain, stop, checkpoints) and this worker's stats."""
+supervisor's messages (probe, drain, stop, checkpoints, end of input) and this worker's reports.
+
+``WorkerControl`` owns the connection and speaks the typed messages of transport/messages.py;
+what it needs of the worker is the ``ControlledWorker`` interface below, nothing else, so the
+worker's internals stay its own and this module does not import it.
+"""
 
 from __future__ import annotations
 
@@ -7,158 +12,149 @@ import logging
 import os
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from ..transport.messages import Control
-from .startup import FatalStartupError
-
-if TYPE_CHECKING:
-    from .worker import Worker
+from ..transport.messages import (
+    Barrier,
+    BarrierDone,
+    Commit,
+    Committed,
+    ControlMessage,
+    Drain,
+    EndOfInput,
+    ExactlyOnceFailure,
+    Fatal,
+    FinalCheckpoint,
+    Hello,
+    Peers,
+    Probe,
+    ProbeReply,
+    Ready,
+    RunFailed,
+    Stats,
+    Stop,
+    Stopped,
+)
+from ..transport.sockets import ControlClient
+from .fatal import FatalStartupError
 
 log = logging.getLogger("topology.worker")
 PEER_WAIT_SECS = 120.0
+HELLO_AGAIN_SECS = 2.0
 
 
-def hello(w: Worker) -> None:
-    w.control.send({"t": Control.HELLO, "w": w.index, "inc": w.spec.incarnation,
-                       "addr": w.address, "pid": os.getpid(), "python": sys.executable,
-                       "host": w.spec.host})
+class ControlledWorker(Protocol):
+    """What the supervisor's messages act on (the worker implements it)."""
+
+    def connect_peer(self, index: int, address: str) -> None: ...
+    def probe_reply(self, seq: int) -> ProbeReply: ...
+    def stats_snapshot(self) -> dict: ...
+    def take_errors(self) -> list[dict]: ...
+    def drain(self) -> None: ...
+    def barrier(self, txid: int) -> None: ...
+    def commit(self, txid: int) -> None: ...
+    def end_of_input(self, components: set[str]) -> None: ...
+    def final_checkpoint(self) -> None: ...
+    def stop(self) -> None: ...
 
 
-def set_peers(w: Worker, peers: dict) -> None:
-    """Peer addresses known up front (Spark's allGather); else the supervisor sends them."""
-    connect_peers(w, peers)
-    w._preset_peers = True
+class WorkerControl:
+    """One worker incarnation's control connection: its reports to the supervisor and the
+    dispatch of the supervisor's messages to the worker."""
 
+    def __init__(self, client: ControlClient, worker: ControlledWorker, index: int, incarnation: int,
+                 address: str, host: str) -> None:
+        self.client = client
+        self.worker = worker
+        self.index = index
+        self.incarnation = incarnation
+        self.address = address
+        self.host = host
+        self.last_heard = time.monotonic()
+        self.preset_peers = False
 
-def wait_for_peers(w: Worker) -> None:
-    deadline = time.monotonic() + PEER_WAIT_SECS
-    hello(w)
-    if getattr(w, "_preset_peers", False):
-        return
-    last_hello = time.monotonic()
-    while time.monotonic() < deadline:
-        if w.control.sock.poll(200):
-            got_peers = False
-            for msg in w.control.recv_all():  # every one, in order: a newer table replaces an older
-                if msg.get("t") == Control.PEERS:
-                    connect_peers(w, msg["peers"])
-                    got_peers = True
-                elif msg.get("t") == Control.STOP:
-                    raise SystemExit(0)
-            if got_peers:
-                return
-        if time.monotonic() - last_hello > 2.0:  # the supervisor may have missed it
-            hello(w)
-            last_hello = time.monotonic()
-    raise FatalStartupError(f"worker {w.index}: no peer addresses from the supervisor in {PEER_WAIT_SECS}s")
+    # --- start -----------------------------------------------------------------------------------
+    def hello(self) -> None:
+        self.client.send(Hello(self.index, self.incarnation, self.address, os.getpid(), sys.executable, self.host))
 
+    def set_peers(self, peers: dict) -> None:
+        """Peer addresses known up front (Spark's allGather); else the supervisor sends them."""
+        self._connect(peers)
+        self.preset_peers = True
 
-def connect_peers(w: Worker, peers: dict) -> None:
-    for index, addr in peers.items():
-        index = int(index)
-        if index != w.index and w._peer_addr.get(index) != addr:
-            w.transport.connect(index, addr)  # a restarted peer binds a new address
-            w._peer_addr[index] = addr
+    def wait_for_peers(self) -> None:
+        deadline = time.monotonic() + PEER_WAIT_SECS
+        self.hello()
+        if self.preset_peers:
+            return
+        last_hello = time.monotonic()
+        while time.monotonic() < deadline:
+            if self.client.sock.poll(200):
+                got_peers = False
+                for msg in self.client.recv_all():  # every one, in order: a newer table replaces an older
+                    if isinstance(msg, Peers):
+                        self._connect(msg.peers)
+                        got_peers = True
+                    elif isinstance(msg, Stop):
+                        raise SystemExit(0)
+                if got_peers:
+                    return
+            if time.monotonic() - last_hello > HELLO_AGAIN_SECS:  # the supervisor may have missed it
+                self.hello()
+                last_hello = time.monotonic()
+        raise FatalStartupError(f"worker {self.index}: no peer addresses from the supervisor in {PEER_WAIT_SECS}s")
 
+    def _connect(self, peers: dict) -> None:
+        for index, addr in peers.items():
+            if int(index) != self.index:
+                self.worker.connect_peer(int(index), addr)
 
-def handle_control(w: Worker) -> None:
-    w.last_control = time.monotonic()
-    for msg in w.control.recv_all():
-        t = msg.get("t")
-        if t == Control.PROBE:
-            w._flush()
-            spouts = w.local_spouts.values()
-            cp = w.checkpoint_spout.machine if w.checkpoint_spout is not None else None
-            w.control.send({
-                "t": Control.PROBE_REPLY, "w": w.index, "inc": w.spec.incarnation, "seq": msg["seq"],
-                "idle": not w.queue and not w.transport.backlogged() and not w.off_loop_inflight,
-                "finished": all(s.finished or s.deactivated for s in spouts if not s.system),
-                "input_done": all(s.finished or s.deactivated or s.input_finished for s in spouts if not s.system),
-                "cp_final_done": None if cp is None else cp.final_done,
-                "pending": sum(len(s.pending) for s in spouts),
-                "held": windows_held(w),
-                "at_cap": {s.component: s.max_pending for s in spouts if not s.system
-                           and s.max_pending is not None and len(s.pending) >= s.max_pending},
-                "counters": [w.sent_batches, w.recv_batches,
-                             sum(e.stats.executed for e in w.local_bolts.values()),
-                             sum(e.stats.emitted for e in spouts)],
-            })
-        elif t == Control.PEERS:
-            connect_peers(w, msg["peers"])
-        elif t == Control.DRAIN:
-            w.draining = True
-            for s in w.local_spouts.values():
-                if not s.system:  # the checkpoint spout keeps going: the final commit needs it
-                    s.deactivated = True
-        elif t == Control.BARRIER:
-            try:
-                w.eo.barrier(msg["txid"])
-            except Exception as e:  # noqa: BLE001 - Redis down etc.: roll back, retry later
-                log.exception("exactly-once barrier %s failed", msg["txid"])
-                w.exactly_once_failure(f"barrier {msg['txid']}: {e}")
-        elif t == Control.COMMIT:
-            try:
-                w.eo_commit(msg["txid"])
-            except Exception as e:  # noqa: BLE001
-                log.exception("exactly-once commit %s failed", msg["txid"])
-                w.exactly_once_failure(f"commit {msg['txid']}: {e}")
-        elif t == Control.END_OF_INPUT:
-            end_of_input(w, set(msg.get("components") or ()))
-        elif t == Control.FINAL_CHECKPOINT:
-            if w.checkpoint_spout is not None and w.checkpoint_spout.machine is not None:
-                w.checkpoint_spout.machine.request_final(time.monotonic())
-        elif t == Control.STOP:
-            w.stop_requested = True
+    # --- reports ---------------------------------------------------------------------------------
+    def ready(self) -> None:
+        self.client.send(Ready(self.index, self.incarnation))
 
+    def fatal(self, component: str, task: int, error: str, traceback: str) -> None:
+        self.client.send(Fatal(self.index, self.incarnation, component, task, error, traceback))
 
-def windows_held(w: Worker) -> dict[str, int]:
-    """Tuples held by this worker's windowed bolts, per component (only those holding any)."""
-    held: dict[str, int] = {}
-    for ex in w.local_bolts.values():
-        n = getattr(ex.instance, "window_held", 0)
-        if n:
-            held[ex.component] = held.get(ex.component, 0) + n
-    return held
+    def barrier_done(self, task: int, txid: int) -> None:
+        self.client.send(BarrierDone(self.index, self.incarnation, task, txid))
 
+    def committed(self, txid: int) -> None:
+        self.client.send(Committed(self.index, self.incarnation, txid))
 
-def end_of_input(w: Worker, components: set[str]) -> None:
-    """A bounded run's input is done: these components' windows evaluate what they hold."""
-    for ex in w.local_bolts.values():
-        if ex.component not in components:
-            continue
-        flush = getattr(ex.instance, "end_of_input", None)
-        if flush is None:
-            continue
-        try:
-            flush()
-        except Exception as e:  # noqa: BLE001 - a user's evaluation raised: reported, the worker goes on
-            ex.report_error("end of input", e)
-    w._flush()
+    def exactly_once_failure(self, reason: str) -> None:
+        self.client.send(ExactlyOnceFailure(self.index, self.incarnation, reason))
 
+    def run_failed(self, component: str, task: int, error: str) -> None:
+        self.client.send(RunFailed(self.index, self.incarnation, component, task, error))
 
-def stats_snapshot(w: Worker) -> dict:
-    tasks: dict[int, dict] = {}
-    for group in (w.local_spouts, w.local_bolts, w.local_ackers):
-        for task, ex in group.items():
-            tasks[task] = ex.stats.to_dict()
-    for task, ex in w.local_bolts.items():
-        extra = getattr(ex.instance, "window_stats", None)  # windowed bolts: late and dropped tuples
-        if extra:
-            tasks[task].update(extra)
-    if w.queue:  # input queue depth per task (once per stats interval, not per tuple)
-        depth: dict[int, int] = {}
-        for ex, _ in w.queue:
-            depth[ex.task] = depth.get(ex.task, 0) + 1
-        for task, n in depth.items():
-            tasks[task]["queue"] = n
-    return {"tasks": tasks, "queue": len(w.queue), "pid": os.getpid(), "backlog": w.transport.backlogged(),
-            "pending": sum(len(s.pending) for s in w.local_spouts.values()),
-            "acker_pending": sum(len(a.acker) for a in w.local_ackers.values()),
-            "misrouted": w.misrouted, "rejected": w.transport.rejected}
+    def send_stats(self, final: bool = False) -> None:
+        kind = Stopped if final else Stats
+        self.client.send(kind(self.index, self.incarnation, self.worker.stats_snapshot(), self.worker.take_errors()))
 
+    # --- the supervisor's messages ---------------------------------------------------------------
+    def handle(self) -> None:
+        self.last_heard = time.monotonic()
+        for msg in self.client.recv_all():
+            self.dispatch(msg)
 
-def send_stats(w: Worker, final: bool = False) -> None:
-    errors, w.errors = w.errors, []
-    w.control.send({"t": Control.STOPPED if final else Control.STATS, "w": w.index, "inc": w.spec.incarnation,
-                       "stats": stats_snapshot(w), "errors": errors})
+    def dispatch(self, msg: ControlMessage) -> None:
+        w = self.worker
+        if isinstance(msg, Probe):
+            self.client.send(w.probe_reply(msg.seq))
+        elif isinstance(msg, Peers):
+            self._connect(msg.peers)
+        elif isinstance(msg, Drain):
+            w.drain()
+        elif isinstance(msg, Barrier):
+            w.barrier(msg.txid)
+        elif isinstance(msg, Commit):
+            w.commit(msg.txid)
+        elif isinstance(msg, EndOfInput):
+            w.end_of_input(set(msg.components))
+        elif isinstance(msg, FinalCheckpoint):
+            w.final_checkpoint()
+        elif isinstance(msg, Stop):
+            w.stop()
+        else:
+            log.warning("worker %d: unexpected control message %r", self.index, msg.KIND)

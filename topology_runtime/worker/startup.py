@@ -4,26 +4,40 @@ checkpoints and ticks wired. A task that cannot start is reported to the supervi
 from __future__ import annotations
 
 import traceback
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from ..api.builder import is_basic
 from ..api.components import StatefulBolt, TopologyContext
 from ..api.config import spout_pending_limits
 from ..plan.planner import ACKER
 from ..reliability.checkpointing import CHECKPOINT_SPOUT
-from ..transport.messages import Control
 from .acker_executor import AckerExecutor
 from .bolt_executor import BoltExecutor
 from .checkpoints import BarrierAlignment, StormCheckpointing
+from .control_channel import WorkerControl
+from .fatal import FatalStartupError
+from .port import WorkerPort
 from .routing import build_routes
 from .spout_executor import SpoutExecutor
-
-if TYPE_CHECKING:
-    from .worker import Worker
+from .task_state import TaskStateProvider
 
 
-class FatalStartupError(Exception):
-    """A task cannot start (open/prepare raised, its state is unreachable)."""
+class Worker(Protocol):
+    """What start-up reads and fills in (the worker has it)."""
+
+    plan: Any
+    conf: dict[str, Any]
+    spec: Any
+    index: int
+    port: WorkerPort
+    ctl: WorkerControl
+    eo: Any
+    task_state: TaskStateProvider
+    local_tasks: set[int]
+    local_spouts: dict[int, SpoutExecutor]
+    local_bolts: dict[int, BoltExecutor]
+    local_ackers: dict[int, AckerExecutor]
+    checkpoint_spout: Any
 
 
 def start_tasks(w: Worker) -> None:
@@ -105,9 +119,7 @@ def restore_spout(w: Worker, ex, task: int) -> None:
 def report_fatal(w: Worker, ex, what: str, e: BaseException) -> None:
     tb = traceback.format_exc()
     ex.log.error("%s raised %s: %s\n%s", what, type(e).__name__, e, tb.rstrip())
-    w.control.send({"t": Control.FATAL, "w": w.index, "component": ex.component, "task": ex.task,
-                       "error": f"{ex.component}[{ex.task}] {what}: {type(e).__name__}: {e}",
-                       "traceback": tb})
+    w.ctl.fatal(ex.component, ex.task, f"{ex.component}[{ex.task}] {what}: {type(e).__name__}: {e}", tb)
 
 
 def open_task(w: Worker, ex, fn, conf: dict, ctx: TopologyContext) -> None:
@@ -117,9 +129,7 @@ def open_task(w: Worker, ex, fn, conf: dict, ctx: TopologyContext) -> None:
     except Exception as e:
         tb = traceback.format_exc()
         ex.log.error("%s() raised %s: %s\n%s", what, type(e).__name__, e, tb.rstrip())
-        w.control.send({"t": Control.FATAL, "w": w.index, "component": ex.component, "task": ex.task,
-                           "error": f"{ex.component}[{ex.task}] {what}() raised {type(e).__name__}: {e}",
-                           "traceback": tb})
+        w.ctl.fatal(ex.component, ex.task, f"{ex.component}[{ex.task}] {what}() raised {type(e).__name__}: {e}", tb)
         raise FatalStartupError(str(e)) from e
 
 

@@ -21,23 +21,22 @@ import zmq
 from ..api.components import Tuple
 from ..api.config import FENCING_TOKEN
 from ..plan.planner import Plan
-from ..transport.messages import Control
+from ..transport.messages import ProbeReply
 from ..transport.sockets import ControlClient, DataTransport, pack, unpack
 from .acker_executor import AckerExecutor
+from .acker_routing import DATA, AckerRouting
 from .bolt_executor import BoltExecutor
 from .checkpoints import ExactlyOnceWorker
-from .control_channel import handle_control, send_stats, set_peers, wait_for_peers
-from .logs import setup_worker_logging
+from .control_channel import WorkerControl
+from .figures import probe_reply, stats_snapshot
 from .offloop import Completions, OnDone, SerialRunner
 from .port import WorkerPort
 from .spout_executor import SpoutExecutor
-from .startup import FatalStartupError, start_tasks, tick_schedule
+from .startup import start_tasks, tick_schedule
 from .task_state import TaskStateProvider
 
 log = logging.getLogger("topology.worker")
 
-# Indices of the sections of a batch between workers.
-DATA, INIT, ACKS, FAILS, RESETS, OUTCOMES = range(6)
 SPOUT_CALLS_PER_ITERATION = 64
 QUEUE_BUDGET = 20000
 RESPONSIVE_EVERY = 256  # tuples between mid-drain looks outside the queue
@@ -96,6 +95,7 @@ class Worker:
         self.local_bolts: dict[int, BoltExecutor] = {}
         self.local_spouts: dict[int, SpoutExecutor] = {}
         self.local_ackers: dict[int, AckerExecutor] = {}
+        self.acking = AckerRouting(self.acker_tasks, self.local_ackers, self.local_spouts, self.task_worker, self.outbox)
         self.completions = Completions()
         self.completed_calls = self.completions.pending  # a deque: cheap "anything finished?" test
         # Streams whose tuples go to the front of the queue (a transactional commit): control
@@ -124,6 +124,7 @@ class Worker:
         self.address = self.transport.bind()
         self.control = ControlClient(self.transport.ctx, spec.secret, spec.control_address, me=self.address,
                                      sender=self.index, epoch=spec.incarnation)
+        self.ctl = WorkerControl(self.control, self, self.index, spec.incarnation, self.address, spec.host)
         self.port = WorkerPort(
             deliver=self.deliver, enqueue=lambda ex, tup: self.queue.append((ex, tup)),
             record_error=self.record_error, run_off_loop=self.run_off_loop, barrier_done=self.barrier_done,
@@ -191,33 +192,94 @@ class Worker:
 
     # --- setup -------------------------------------------------------------------------------------
     def barrier_done(self, task: int, txid: int) -> None:
-        self.control.send({"t": Control.BARRIER_DONE, "w": self.index, "inc": self.spec.incarnation,
-                           "task": task, "txid": txid})
+        self.ctl.barrier_done(task, txid)
 
     def exactly_once_failure(self, reason: str) -> None:
         if not self._eo_failed:  # once per incarnation: the supervisor rolls everything back
             self._eo_failed = True
             log.warning("exactly-once: %s; asking for a rollback to the last checkpoint", reason)
-            self.control.send({"t": Control.EO_FAILURE, "w": self.index, "inc": self.spec.incarnation, "reason": reason})
+            self.ctl.exactly_once_failure(reason)
 
     def fail_run(self, component: str, task: int, error: str) -> None:
         """A component gave up (a transactional batch failed topology.transactional.max.attempts
         times): the supervisor ends the run ``failed`` with ``error``."""
         log.error("%s[%d]: %s; asking the supervisor to end the run as failed", component, task, error)
-        self.control.send({"t": Control.RUN_FAILED, "w": self.index, "inc": self.spec.incarnation,
-                           "component": component, "task": task, "error": error})
+        self.ctl.run_failed(component, task, error)
 
-    def eo_commit(self, txid: int) -> None:
-        self.eo.commit(txid)
-        self.control.send({"t": Control.COMMITTED, "w": self.index, "inc": self.spec.incarnation, "txid": txid})
+    # --- what the supervisor's control messages do (control_channel.ControlledWorker) ----------
+    def connect_peer(self, index: int, address: str) -> None:
+        if self._peer_addr.get(index) != address:
+            self.transport.connect(index, address)  # a restarted peer binds a new address
+            self._peer_addr[index] = address
+
+    def probe_reply(self, seq: int) -> ProbeReply:
+        self._flush()
+        cp = self.checkpoint_spout.machine if self.checkpoint_spout is not None else None
+        spouts = self.local_spouts.values()
+        return probe_reply(
+            self.index, self.spec.incarnation, seq,
+            idle=not self.queue and not self.transport.backlogged() and not self.off_loop_inflight,
+            spouts=spouts, bolts=self.local_bolts.values(), cp_final_done=None if cp is None else cp.final_done,
+            counters=[self.sent_batches, self.recv_batches, sum(e.stats.executed for e in self.local_bolts.values()),
+                      sum(e.stats.emitted for e in spouts)])
+
+    def stats_snapshot(self) -> dict:
+        return stats_snapshot(
+            (self.local_spouts, self.local_bolts, self.local_ackers), self.local_bolts, self.queue,
+            {"backlog": self.transport.backlogged(), "pending": sum(len(s.pending) for s in self.local_spouts.values()),
+             "acker_pending": sum(len(a.acker) for a in self.local_ackers.values()),
+             "misrouted": self.misrouted, "rejected": self.transport.rejected})
+
+    def take_errors(self) -> list[dict]:
+        errors, self.errors = self.errors, []
+        return errors
+
+    def drain(self) -> None:
+        self.draining = True
+        for s in self.local_spouts.values():
+            if not s.system:  # the checkpoint spout keeps going: the final commit needs it
+                s.deactivated = True
+
+    def barrier(self, txid: int) -> None:
+        try:
+            self.eo.barrier(txid)
+        except Exception as e:  # noqa: BLE001 - Redis down etc.: roll back, retry later
+            log.exception("exactly-once barrier %s failed", txid)
+            self.exactly_once_failure(f"barrier {txid}: {e}")
+
+    def commit(self, txid: int) -> None:
+        try:
+            self.eo.commit(txid)
+            self.ctl.committed(txid)
+        except Exception as e:  # noqa: BLE001
+            log.exception("exactly-once commit %s failed", txid)
+            self.exactly_once_failure(f"commit {txid}: {e}")
+
+    def end_of_input(self, components: set[str]) -> None:
+        """A bounded run's input is done: these components' windows evaluate what they hold."""
+        for ex in self.local_bolts.values():
+            flush = getattr(ex.instance, "end_of_input", None) if ex.component in components else None
+            if flush is not None:
+                try:
+                    flush()
+                except Exception as e:  # noqa: BLE001 - a user's evaluation raised: reported, the worker goes on
+                    ex.report_error("end of input", e)
+        self._flush()
+
+    def final_checkpoint(self) -> None:
+        if self.checkpoint_spout is not None and self.checkpoint_spout.machine is not None:
+            self.checkpoint_spout.machine.request_final(time.monotonic())
+
+    def stop(self) -> None:
+        self.stop_requested = True
 
     # --- the loop ------------------------------------------------------------------------------------
     def run(self) -> int:
-        wait_for_peers(self)
+        self.ctl.wait_for_peers()
         start_tasks(self)
         log.info("worker %d (incarnation %d) running %d task(s) at %s", self.index, self.spec.incarnation,
                  len(self.local_tasks), self.address)
-        self.control.send({"t": Control.READY, "w": self.index, "inc": self.spec.incarnation})
+        self.ctl.ready()
         # Tuples are short-lived and acyclic: keep the collector off the hot path. Objects built
         # during start-up (plan, user state, inputs) move to the permanent generation, and the
         # young generation is collected less often, which removes multi-ms pauses from p99.
@@ -225,7 +287,7 @@ class Worker:
         gc.freeze()
         gc.set_threshold(50_000, 50, 100)
         conf = self.conf
-        self.last_control = time.monotonic()
+        ctl = self.ctl
         timeouts = bool(conf["topology.enable.message.timeouts"])
         timeout_secs = float(conf["topology.message.timeout.secs"])
         stats_every = float(conf["topology.stats.interval.secs"])
@@ -236,9 +298,9 @@ class Worker:
         ticks = tick_schedule(self, now)
         poller = zmq.Poller()
         pull = self.transport.pull
-        ctl = self.control.sock
+        ctl_sock = self.control.sock
         poller.register(pull, zmq.POLLIN)
-        poller.register(ctl, zmq.POLLIN)
+        poller.register(ctl_sock, zmq.POLLIN)
         completions = self.completions
         poller.register(completions.fd, zmq.POLLIN)
         spouts = list(self.local_spouts.values())
@@ -250,8 +312,8 @@ class Worker:
             if completions or completions.fd in events:
                 self._run_completions()
                 busy = True
-            if ctl in events:
-                handle_control(self)
+            if ctl_sock in events:
+                ctl.handle()
             if pull in events:
                 for payload in transport.recv_payloads(64):
                     self._handle_batch(payload)
@@ -283,11 +345,11 @@ class Worker:
                     busy = True
             if now >= next_stats:
                 next_stats = now + stats_every
-                send_stats(self)
-                if now - self.last_control > SUPERVISOR_SILENCE_SECS:
+                ctl.send_stats()
+                if now - ctl.last_heard > SUPERVISOR_SILENCE_SECS:
                     # The supervisor probes every 0.1 s: silence means it is gone (killed driver).
                     log.error("worker %d: no word from the supervisor for %.0fs; stopping",
-                              self.index, now - self.last_control)
+                              self.index, now - ctl.last_heard)
                     self.stop_requested = True
             if busy or self.queue:
                 wait_ms = 0
@@ -355,60 +417,11 @@ class Worker:
             if first:
                 q.extendleft(reversed(first))  # ahead of the queued data, in their own order
         if inits or acks or fails or resets:
-            self._apply_acker_msgs(inits, acks.items() if isinstance(acks, dict) else acks, fails, resets)
+            self.acking.apply(inits, acks.items() if isinstance(acks, dict) else acks, fails, resets)
         for spout_task, kind, root in outcomes:
             sp = self.local_spouts.get(spout_task)
             if sp is not None:
                 sp.on_outcome(kind, root)
-
-    def _acker_for(self, root: int) -> tuple[AckerExecutor | None, int]:
-        task = self.acker_tasks[root % self.n_ackers]
-        return self.local_ackers.get(task), task
-
-    def _outbox_for_task(self, task: int) -> list[list]:
-        w = self.task_worker[task]
-        ob = self.outbox.get(w)
-        if ob is None:
-            ob = self.outbox[w] = [[], [], [], [], [], []]
-        return ob
-
-    def _outcome(self, ex: AckerExecutor, outcome) -> None:
-        if outcome is None:
-            return
-        ex.count(outcome)
-        sp = self.local_spouts.get(outcome.spout_task)
-        if sp is not None:
-            sp.on_outcome(outcome.kind, outcome.root)
-        else:
-            self._outbox_for_task(outcome.spout_task)[OUTCOMES].append(
-                (outcome.spout_task, outcome.kind, outcome.root))
-
-    def _apply_acker_msgs(self, inits, acks, fails, resets) -> None:
-        acker_for = self._acker_for
-        for root, val, st in inits:
-            ex, task = acker_for(root)
-            if ex is None:
-                self._outbox_for_task(task)[INIT].append((root, val, st))
-            else:
-                self._outcome(ex, ex.apply_init(root, val, st))
-        for root, val in acks:
-            ex, task = acker_for(root)
-            if ex is None:
-                self._outbox_for_task(task)[ACKS].append((root, val))
-            else:
-                self._outcome(ex, ex.apply_ack(root, val))
-        for root in fails:
-            ex, task = acker_for(root)
-            if ex is None:
-                self._outbox_for_task(task)[FAILS].append(root)
-            else:
-                self._outcome(ex, ex.apply_fail(root))
-        for root in resets:
-            ex, task = acker_for(root)
-            if ex is None:
-                self._outbox_for_task(task)[RESETS].append(root)
-            else:
-                self._outcome(ex, ex.apply_reset(root))
 
     def _flush(self) -> None:
         # Spout callbacks run while applying outcomes may emit again: loop until quiet.
@@ -419,7 +432,7 @@ class Worker:
             fails, port.fails = port.fails, []
             resets, port.resets = port.resets, []
             # XOR-combined per root: zero means "no change" (every edge cancelled out).
-            self._apply_acker_msgs(inits, [(r, v) for r, v in acks.items() if v], fails, resets)
+            self.acking.apply(inits, [(r, v) for r, v in acks.items() if v], fails, resets)
         for w in list(self.outbox):
             self._send_peer(w)
         self.transport.flush()
@@ -455,31 +468,7 @@ class Worker:
                 b.instance.cleanup()
             except Exception as e:  # noqa: BLE001
                 b.report_error("cleanup()", e)
-        send_stats(self, final=True)
+        self.ctl.send_stats(final=True)
         log.info("worker %d stopped", self.index)
         self.control.close()
         self.transport.close()
-
-
-def run_worker(spec: WorkerSpec, peers_from=None) -> int:
-    """Process entry point shared by every launcher.
-
-    ``peers_from(address) -> {index: address}`` exchanges addresses directly (Spark's
-    allGather); without it the supervisor hands them out.
-    """
-    import random
-
-    random.seed()  # forked processes must not share the parent's tuple id sequence
-    setup_worker_logging(spec.topology_id, spec.index, bool(spec.plan.conf.get("topology.debug")))
-    try:
-        worker = Worker(spec)
-        if peers_from is not None:
-            set_peers(worker, peers_from(worker.address))
-    except Exception:
-        log.exception("worker %d could not start", spec.index)
-        return 3
-    try:
-        return worker.run()
-    except FatalStartupError:
-        time.sleep(0.2)  # let the fatal report leave the socket
-        return 3

@@ -1,0 +1,76 @@
+"""Acker messages inside a worker: each init, ack, fail and reset goes to the acker task that
+owns its root (``root % ackers``). A local acker applies it at once and its outcome goes to the
+spout task (local: called now; remote: batched for its worker); anything for a remote acker is
+batched for that acker's worker. Runs per batch of acker messages, on the worker's loop."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from .acker_executor import AckerExecutor
+
+# Indices of the sections of a batch between workers.
+DATA, INIT, ACKS, FAILS, RESETS, OUTCOMES = range(6)
+
+
+class AckerRouting:
+    """Shares the worker's outbox (worker index -> the six sections of its next batch)."""
+
+    def __init__(self, acker_tasks: list[int], local_ackers: dict[int, AckerExecutor], local_spouts: dict[int, Any],
+                 task_worker: dict[int, int], outbox: dict[int, list[list]]) -> None:
+        self.acker_tasks = acker_tasks
+        self.n_ackers = len(acker_tasks)
+        self.local_ackers = local_ackers
+        self.local_spouts = local_spouts
+        self.task_worker = task_worker
+        self.outbox = outbox
+
+    def _acker_for(self, root: int) -> tuple[AckerExecutor | None, int]:
+        task = self.acker_tasks[root % self.n_ackers]
+        return self.local_ackers.get(task), task
+
+    def _outbox_for_task(self, task: int) -> list[list]:
+        w = self.task_worker[task]
+        ob = self.outbox.get(w)
+        if ob is None:
+            ob = self.outbox[w] = [[], [], [], [], [], []]
+        return ob
+
+    def _outcome(self, ex: AckerExecutor, outcome: Any) -> None:
+        if outcome is None:
+            return
+        ex.count(outcome)
+        sp = self.local_spouts.get(outcome.spout_task)
+        if sp is not None:
+            sp.on_outcome(outcome.kind, outcome.root)
+        else:
+            self._outbox_for_task(outcome.spout_task)[OUTCOMES].append(
+                (outcome.spout_task, outcome.kind, outcome.root))
+
+    def apply(self, inits: Iterable, acks: Iterable, fails: Iterable, resets: Iterable) -> None:
+        acker_for = self._acker_for
+        for root, val, st in inits:
+            ex, task = acker_for(root)
+            if ex is None:
+                self._outbox_for_task(task)[INIT].append((root, val, st))
+            else:
+                self._outcome(ex, ex.apply_init(root, val, st))
+        for root, val in acks:
+            ex, task = acker_for(root)
+            if ex is None:
+                self._outbox_for_task(task)[ACKS].append((root, val))
+            else:
+                self._outcome(ex, ex.apply_ack(root, val))
+        for root in fails:
+            ex, task = acker_for(root)
+            if ex is None:
+                self._outbox_for_task(task)[FAILS].append(root)
+            else:
+                self._outcome(ex, ex.apply_fail(root))
+        for root in resets:
+            ex, task = acker_for(root)
+            if ex is None:
+                self._outbox_for_task(task)[RESETS].append(root)
+            else:
+                self._outcome(ex, ex.apply_reset(root))
