@@ -445,3 +445,31 @@ def test_drain_separates_evaluated_from_never_evaluated(lis):
     seen, never = m.drain()
     assert seen == seq(15, 19) and never == [20, 21, 22]
     assert list(m.queue) == [] and lis.all_expiry[-1] == seen + never
+
+
+# --- the supervisor's explanations of windows that wait -----------------------------------------
+
+
+def _reply(idle=True, held=None, at_cap=None):
+    from topology_runtime.transport.messages import ProbeReply
+
+    return ProbeReply(0, 0, 1, idle=idle, finished=False, input_done=False, pending=5, counters=[0, 0, 0, 0],
+                      held=held or {}, at_cap=at_cap or {})
+
+
+def test_stall_check_reports_a_capped_spout_once_and_hints_at_finish_input():
+    from topology_runtime.supervisor.window_end import WINDOW_QUIET_SECS, WINDOW_STALL_SECS, WindowStallCheck
+
+    c = WindowStallCheck()
+    capped = [_reply(held={"win": 1000}, at_cap={"src": 1000})]
+    assert c.update(capped, 0.0) is None
+    assert c.update(capped, WINDOW_STALL_SECS - 0.1) is None
+    is_error, component, text = c.update(capped, WINDOW_STALL_SECS)
+    assert is_error and component == "src" and "src (1000 pending)" in text and "win (1000 tuple(s))" in text
+    assert c.update(capped, WINDOW_STALL_SECS + 1) is None  # once
+    assert c.update([_reply(idle=False, held={"win": 3})], 100.0) is None  # busy: nothing to say
+    quiet = [_reply(held={"win": 3})]
+    assert c.update(quiet, 200.0) is None
+    is_error, component, text = c.update(quiet, 200.0 + WINDOW_QUIET_SECS)
+    assert not is_error and component == "win" and "finish_input()" in text
+    assert c.update(quiet, 500.0) is None

@@ -382,8 +382,10 @@ class RunSupervisor:
             self._last_quiet = None
             stall = self._window_stall.update(replies, time.monotonic())
             if stall is not None:
-                log.warning("run %s: %s", self.name, stall[1])
-                self._add_errors([{"component": stall[0], "task": None, "error": stall[1]}])
+                is_error, component, text = stall
+                log.log(logging.WARNING if is_error else logging.INFO, "run %s: %s", self.name, text)
+                if is_error:
+                    self._add_errors([{"component": component, "task": None, "error": text}])
             return
         held = windows_held(replies)
         if held:

@@ -13,6 +13,7 @@ from ..plan.planner import Plan
 from ..transport.messages import ProbeReply
 
 WINDOW_STALL_SECS = 5.0
+WINDOW_QUIET_SECS = 10.0
 
 
 def windows_held(replies: list[ProbeReply]) -> dict[str, int]:
@@ -48,28 +49,48 @@ def end_of_input_round(plan: Plan, holding: set[str]) -> set[str]:
 
 
 class WindowStallCheck:
-    """Spouts capped by ``topology.max.spout.pending`` while every worker is idle and windows
-    hold tuples: nothing can move until the message timeout fails the windows' tuples. ``update``
-    returns (a capped spout, the explanation) once, after WINDOW_STALL_SECS of it."""
+    """Two ways windows can wait for ever, each explained once (``update`` returns
+    ``(is_error, component, text)``):
+
+    * spouts capped by ``topology.max.spout.pending`` while every worker is idle and windows hold
+      tuples: nothing can move until the message timeout fails the windows' tuples (an error of
+      the run, after WINDOW_STALL_SECS);
+    * every worker idle, windows holding tuples and no spout saying its input is done, for
+      WINDOW_QUIET_SECS: fine for an unbounded stream that went quiet, a hang for a bounded run
+      whose spout waits for its acks before finish() (a hint for the log)."""
 
     def __init__(self) -> None:
-        self.since: float | None = None
-        self.reported = False
+        self.capped_since: float | None = None
+        self.quiet_since: float | None = None
+        self.reported: set[bool] = set()
 
-    def update(self, replies: list[ProbeReply], now: float) -> tuple[str, str] | None:
-        capped = {c: cap for r in replies for c, cap in r.at_cap.items()}
+    def update(self, replies: list[ProbeReply], now: float) -> tuple[bool, str, str] | None:
         held = windows_held(replies)
-        if not (capped and held and all(r.idle for r in replies)):
-            self.since = None
+        if not (held and all(r.idle for r in replies)):
+            self.capped_since = self.quiet_since = None
             return None
-        if self.since is None:
-            self.since = now
-        if self.reported or now - self.since < WINDOW_STALL_SECS:
-            return None
-        self.reported = True
-        return min(capped), (f"spout(s) {', '.join(f'{c} ({n} pending)' for c, n in sorted(capped.items()))} at "
+        capped = {c: cap for r in replies for c, cap in r.at_cap.items()}
+        holding = ", ".join(f"{c} ({n} tuple(s))" for c, n in sorted(held.items()))
+        if capped:
+            self.quiet_since = None
+            if self.capped_since is None:
+                self.capped_since = now
+            if True in self.reported or now - self.capped_since < WINDOW_STALL_SECS:
+                return None
+            self.reported.add(True)
+            return True, min(capped), (
+                f"spout(s) {', '.join(f'{c} ({n} pending)' for c, n in sorted(capped.items()))} at "
                 "topology.max.spout.pending (or topology.max.spout.pending.bytes) while windowed "
-                f"bolt(s) hold {', '.join(f'{c} ({n} tuple(s))' for c, n in sorted(held.items()))}: "
-                "a window acks its tuples only when they leave it, so nothing can move. Raise "
-                "topology.max.spout.pending above the tuples a window holds (window length + sliding "
-                "interval + lag), or use StatefulWindowedBolt (it acks at each checkpoint)")
+                f"bolt(s) hold {holding}: a window acks its tuples only when they leave it, so nothing can "
+                "move. Raise topology.max.spout.pending above the tuples a window holds (window length + "
+                "sliding interval + lag), or use StatefulWindowedBolt (it acks at each checkpoint)")
+        self.capped_since = None
+        if self.quiet_since is None:
+            self.quiet_since = now
+        if False in self.reported or now - self.quiet_since < WINDOW_QUIET_SECS:
+            return None
+        self.reported.add(False)
+        return False, min(held), (
+            f"windowed bolt(s) {holding} wait for more input: nothing has moved for "
+            f"{WINDOW_QUIET_SECS:.0f} s. If this is a bounded run, its spouts should call finish_input() "
+            "once they have nothing new to emit, so the windows get end of input (docs/windowing.md)")
