@@ -61,8 +61,10 @@ chromium:
 	fi; \
 	echo "make test needs Chromium (tests/test_airflow_browser.py); run: sudo apt-get install -y chromium"; exit 1
 
+# ruff, then mypy on the files and with the settings of pyproject's [tool.mypy].
 lint: venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 lock:
 	rm -rf /tmp/topology-lock-venv && $(PY) -m venv /tmp/topology-lock-venv

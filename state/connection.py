@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 from urllib.parse import unquote
 
 import redis
@@ -113,6 +113,7 @@ def parse(url: str) -> RedisURL | None:
         raise _fail(url, f"{got}; expected one of {', '.join(s + '://' for s in SCHEMES)}")
     if scheme in PLAIN:
         return None
+    assert m is not None  # a known scheme was matched above
     rest = url[m.end():]
     if "?" in rest or "#" in rest:
         raise _fail(url, f"{scheme}:// URLs take no query string or fragment")
@@ -165,10 +166,12 @@ def connect(url: str, **options: Any) -> redis.Redis:
         return sentinel.master_for(u.service, db=u.db, **options)
     from redis.cluster import ClusterNode, RedisCluster
 
-    return RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in u.hosts], **_auth(u), **options)
+    # Not a redis.Redis subclass, but it serves the same commands: callers type against redis.Redis.
+    return cast(redis.Redis, RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in u.hosts], **_auth(u),
+                                          **options))
 
 
-def connect_async(url: str, **options: Any):
+def connect_async(url: str, **options: Any) -> Any:  # redis.asyncio's Redis or RedisCluster
     """The ``redis.asyncio`` twin of ``connect`` (the Airflow trigger's event loop)."""
     import redis.asyncio as aioredis
 
@@ -179,6 +182,7 @@ def connect_async(url: str, **options: Any):
         from redis.asyncio.sentinel import Sentinel
 
         sentinel = Sentinel(list(u.hosts), sentinel_kwargs=_sentinel_kwargs(options), **_auth(u))
+        assert u.service is not None  # parse() refuses a sentinel URL without one
         return sentinel.master_for(u.service, db=u.db, **options)
     from redis.asyncio.cluster import ClusterNode, RedisCluster
 

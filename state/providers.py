@@ -166,6 +166,7 @@ class RedisStateProvider(StateProvider):
             component = context.component_id
             register_namespaces(client, topology_id, component, context.component_tasks(component))
         keys, values = serializers(conf.get(CONFIG_KEY) or {})
+        assert self._replication is not None  # set by bind() or just above
         return RedisKeyValueState(client, topology_id, int(task) if task.isdigit() else task,
                                   self._replication, self._token, keys, values)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import json
 from dataclasses import dataclass, field
+from typing import cast
 
 import redis
 
@@ -117,7 +118,8 @@ def known_ids(client: redis.Redis, like: str | None = None, limit: int = KNOWN_S
     """(up to ``limit`` ids Redis holds records of, how many it holds): ids close to ``like``
     first (a typo's likely meaning), then the run registry's newest first, then ids that only
     have checkpoint, namespace or task records, sorted."""
-    registry = [n.decode() if isinstance(n, bytes) else n for n in client.zrevrange(REGISTRY, 0, -1)]
+    members = cast("list[bytes | str]", client.zrevrange(REGISTRY, 0, -1))  # no scores asked: members only
+    registry = [n.decode() if isinstance(n, bytes) else n for n in members]
     registry = [n for n in registry if TOPOLOGY_ID.fullmatch(n)]
     others: set[str] = set()
     for k in client.scan_iter(match="topology:{*}:*", count=1000):

@@ -155,7 +155,8 @@ class RedisKeyValueState(KeyValueState):
             raise StateError(f"task {self.task}: prepare_commit({txid}) but txid {self.committed_txid} is committed")
         data = {self._dump_key(k): (TOMBSTONE if v is _DELETED else self._dump_value(k, v))
                 for k, v in self._pending.items()}
-        commands = [("HSET", self.k_prepare, *(x for kv in data.items() for x in kv))] if data else []
+        commands: list[tuple[Any, ...]] = (
+            [("HSET", self.k_prepare, *(x for kv in data.items() for x in kv))] if data else [])
         commands.append(("HSET", self.k_txid, "prepare", txid))
         if self.replication:
             fencing.guarded(self.k_txid, atomic, self.redis, self.k_txid,

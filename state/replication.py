@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any
 
 import redis
@@ -68,7 +69,8 @@ class Session:
     def __enter__(self) -> Session:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         if exc_type is not None:
             self.conn.disconnect()
         self.pool.release(self.conn)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -60,7 +60,7 @@ def _txid_of_key(key: str) -> int | None:
     return int(tail) if tail.isdigit() else None
 
 
-def _load(raw: str | None) -> Any:
+def _load(raw: str | bytes | None) -> Any:
     return json.loads(raw) if raw else None
 
 
@@ -185,7 +185,8 @@ class TransactionalState:
         self._write(commands)
 
     def spout_state(self) -> dict[str, Any]:
-        return {k: json.loads(v) for k, v in self.client.hgetall(self._spout_state).items()}
+        raw = cast("dict[str, str]", self.client.hgetall(self._spout_state))  # decode_responses=True
+        return {k: json.loads(v) for k, v in raw.items()}
 
     # --- failures: why a txid does not commit --------------------------------------------------
     def record_failure(self, txid: int, record: dict[str, Any]) -> None:

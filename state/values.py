@@ -9,7 +9,7 @@ batch may differ on replay); a newer txid moves ``curr`` to ``prev``; an older o
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import msgpack
 import redis
@@ -120,17 +120,19 @@ class ValueMap:
         self.key = key
         self.opaque = opaque
 
-    def _decode(self, raw: bytes | None):
+    def _decode(self, raw: bytes | None) -> Any:  # TransactionalValue or OpaqueValue, as the map is
         if raw is None:
             return None
         v = loads(raw)
         return OpaqueValue(*v) if self.opaque else TransactionalValue(*v)
 
-    def _encode(self, k: Any, v) -> bytes:
+    def _encode(self, k: Any, v: Any) -> bytes:
         return dumps(v, "value", k)  # a named tuple packs as the array [txid, value(, prev)]
 
     def get(self, keys: list) -> dict:
-        raws = self.redis.hmget(self.key, [dumps(k, "key", k) for k in keys]) if keys else []
+        # Replies are bytes (as in every cast below): msgpack values need a client that does not decode.
+        raws = cast("list[bytes | None]",
+                    self.redis.hmget(self.key, [dumps(k, "key", k) for k in keys]) if keys else [])
         return {k: self._decode(r) for k, r in zip(keys, raws)}
 
     def multi_add(self, txid: int, deltas: dict[Any, int | float]) -> int:
@@ -149,7 +151,10 @@ class ValueMap:
                     raise ValueError(f"multi_add: delta for key {k!r} must be an int or float below 2**53 in "
                                      f"size, got {d!r}")
         if self.opaque:
-            return len(self.multi_update(txid, {k: (lambda v, d=d: (v or 0) + d) for k, d in zip(keys, vals)}))
+            def adder(d: int | float) -> Callable[[Any], Any]:
+                return lambda v: (v or 0) + d
+
+            return len(self.multi_update(txid, {k: adder(d) for k, d in zip(keys, vals)}))
         if not keys:
             return 0
         try:
@@ -171,7 +176,7 @@ class ValueMap:
                              "nothing of this batch was written") from None
 
     @property
-    def _add_script(self):
+    def _add_script(self) -> Any:  # redis-py's Script
         script = getattr(self, "_script", None)
         if script is None:
             script = self._script = self.redis.register_script(_ADD_SCRIPT)
@@ -193,14 +198,14 @@ class ValueMap:
                     pipe.watch(*([self.key, wkey] if track else [self.key]))
                     stale: list[bytes] = []
                     if track:
-                        rec = pipe.hget(wkey, writer)
+                        rec = cast("bytes | None", pipe.hget(wkey, cast(str, writer)))  # track: a writer
                         if rec is not None:
                             rec_txid, rec_fields = loads(rec)
                             if rec_txid == txid:
                                 now = set(fields.values())
                                 stale = [f for f in rec_fields if f not in now]
                     names = list(fields.values()) + stale
-                    raws = pipe.hmget(self.key, names) if names else []
+                    raws = cast("list[bytes | None]", pipe.hmget(self.key, names) if names else [])
                     out = {}
                     for (k, fn), raw in zip(updates.items(), raws):
                         cur = self._decode(raw)
@@ -213,7 +218,7 @@ class ValueMap:
                         if cur is not None and cur.curr_txid == txid:
                             reset[f] = OpaqueValue(txid, cur.prev, cur.prev)  # as if this txid never touched it
                     pipe.multi()
-                    mapping = {fields[k]: self._encode(k, v) for k, v in out.items()}
+                    mapping: dict[Any, bytes] = {fields[k]: self._encode(k, v) for k, v in out.items()}
                     mapping.update({f: self._encode(f, v) for f, v in reset.items()})
                     if mapping:
                         pipe.hset(self.key, mapping=mapping)

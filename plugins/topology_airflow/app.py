@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 import redis
@@ -155,7 +155,7 @@ def list_topologies(control: ControlPlane, dag_id: str | None = None,
                     run_id: str | None = None) -> list[dict[str, Any]]:
     now = time.time()
     out = []
-    for name in control.redis.zrevrange(REGISTRY, 0, -1):
+    for name in cast("list[str]", control.redis.zrevrange(REGISTRY, 0, -1)):  # members, decoded
         if not TOPOLOGY_ID.fullmatch(name):
             continue  # not an id this runtime writes (nor one its keys could hold)
         rec = control.get(name)  # read only: unlike ControlPlane.list, never prunes the registry

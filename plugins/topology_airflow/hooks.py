@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,7 @@ class _DriverSubmit(SparkSubmitHook):
         self.tail: collections.deque[str] = collections.deque(maxlen=200)
 
     def _process_spark_submit_log(self, itr: Any) -> None:
-        def tee():
+        def tee() -> Iterator[str]:
             for line in itr:
                 self.tail.append(line.rstrip("\n"))
                 yield line
@@ -303,14 +304,15 @@ class TopologyHook(BaseHook):
     def kill_driver(self, grace: float = 20.0) -> None:
         """Stop the spark-submit this hook started: SIGTERM to its session (the driver then kills
         the topology and records it), and only after ``grace`` seconds the provider's kill."""
-        proc = getattr(self._spark, "_submit_sp", None)
-        if proc is None or proc.poll() is not None:
+        spark = self._spark
+        proc = getattr(spark, "_submit_sp", None)
+        if spark is None or proc is None or proc.poll() is not None:
             return
         try:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(grace)
         except (OSError, subprocess.TimeoutExpired):
-            self._spark.on_kill()
+            spark.on_kill()
 
     def follow(self, name: str, poll_interval: float = 2.0, progress_interval: float = 5.0,
                log: Any = None) -> RunRecord | None:

@@ -113,10 +113,12 @@ class SubmitTopologyOperator(BaseOperator):
         ti = context.get("ti") if hasattr(context, "get") else None
         if ti is None:
             return None
+        assert self._hook is not None  # execute sets it first
         rec = self._hook.get_run(self.name)
         return rec if started_by(rec, ti.dag_id, ti.run_id, ti.task_id) else None
 
     def _reattach(self, rec: Any) -> dict:
+        assert self._hook is not None  # execute sets it first
         info = rec.info
         self.log.info("topology %r is live, started by an earlier try of this task (driver pid %s on %s, "
                       "started %s): following it to the end instead of submitting again",
@@ -165,6 +167,7 @@ class SubmitTopologyOperator(BaseOperator):
     def _outcome(self, error: str | None, rec: Any = None, state: str | None = None) -> dict:
         """Log the final state (and, for a failure, the failing components, tasks and tracebacks
         last, so that they end the task log) and fail the task unless the run completed."""
+        assert self._hook is not None  # execute or execute_complete sets it first
         rec = rec if rec is not None else self._hook.get_run(self.name)
         state = rec.state if rec else (state or "unknown")
         status = (rec.status or {}) if rec else {}
@@ -208,7 +211,9 @@ class TopologyRecoveryOperator(BaseOperator):
         super().__init__(**kwargs)
         self.topology_id = topology_id
         self.action = action
-        self.dry_run = dry_run
+        # Shadows BaseOperator.dry_run(), a CLI helper that renders template fields; this
+        # templated argument keeps its public name.
+        self.dry_run = dry_run  # type: ignore[assignment,method-assign]
         self.redis_url = redis_url
         self.allow_unknown = allow_unknown
 

@@ -26,7 +26,7 @@ class _StatusApp:
 
 class TopologyPlugin(AirflowPlugin):
     name = "topology_runtime"
-    fastapi_apps = _StatusApp()  # type: ignore[assignment]
+    fastapi_apps = _StatusApp()
     # hrefs without a leading slash resolve against the UI's <base href>, so they also work when
     # Airflow is served under a sub-path.
     external_views = [

@@ -71,7 +71,7 @@ class TopologySensor(BaseSensorOperator):
             want = int(self.txid)  # type: ignore[arg-type]
             txids = hook.committed_txids(self.name, self.tx_id)
             kinds = ("checkpoint", "transactional") if self.txid_kind == "any" else (self.txid_kind,)
-            have = [txids[k] for k in kinds if txids[k] is not None]
+            have = [t for t in (txids[k] for k in kinds) if t is not None]
             self.log.info("topology %r is %s; committed txids %s; waiting for txid >= %d", self.name, state,
                           txids, want)
             if have and max(have) >= want:

@@ -150,9 +150,10 @@ class TopologyTrigger(BaseTrigger):
                 await asyncio.sleep(0.5)
         finally:
             await client.aclose()
-        if self._local_driver() and _pid_alive(int(self.pid or 0)):
+        pid = int(self.pid or 0)
+        if self._local_driver() and _pid_alive(pid):
             try:
-                os.killpg(int(self.pid), signal.SIGTERM)  # its own session (start_detached)
+                os.killpg(pid, signal.SIGTERM)  # its own session (start_detached)
             except OSError:
                 pass
 

@@ -1,14 +1,15 @@
 """Component contracts users implement: spouts, bolts, tuples, stream declarations.
 
-Standard library only (the API layer of DESIGN.md). The runtime binds the action methods
-(``emit``, ``ack``, ...) as instance attributes when a task starts, so a call from user code
-goes straight to the collector without an extra Python frame on the hot path.
+Standard library only (the API layer of DESIGN.md). The action methods (``emit``, ``ack``, ...)
+are declared here with their real signatures, for readers, editors and type checkers; the runtime
+binds its own as instance attributes when a task starts, which shadow these, so a call from user
+code goes straight to the collector without an extra Python frame on the hot path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, NoReturn
 
 DEFAULT_STREAM = "default"
 SYSTEM_COMPONENT = "__system"
@@ -42,6 +43,7 @@ def declared_streams(component: Any, component_id: str = "?") -> dict[str, Strea
     outputs = getattr(component, "outputs", None)
     if outputs is None:
         return {}
+    items: Iterable[tuple[Any, Any]]
     if isinstance(outputs, Mapping):
         items = outputs.items()
     elif isinstance(outputs, (list, tuple)):
@@ -125,7 +127,7 @@ class Tuple:
     def __len__(self) -> int:
         return len(self.values)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         return iter(self.values)
 
     def is_tick(self) -> bool:
@@ -220,15 +222,12 @@ class TopologyContext:
         return self.get_targets(self.component_id)
 
 
-def _unbound(name: str):
-    def action(self, *args, **kwargs):
-        raise RuntimeError(
-            f"{type(self).__name__}.{name}() called before the runtime started this task "
-            "(call it from open/prepare/next_tuple/execute, not from __init__)"
-        )
-
-    action.__name__ = name
-    return action
+def _unbound(component: object, name: str) -> NoReturn:
+    """The body of every declared action: the runtime's bound one shadows it once the task runs."""
+    raise RuntimeError(
+        f"{type(component).__name__}.{name}() called before the runtime started this task "
+        "(call it from open/prepare/next_tuple/execute, not from __init__)"
+    )
 
 
 class Spout:
@@ -243,21 +242,38 @@ class Spout:
         pass
 
     def ack(self, msg_id: Any) -> None:
-        pass
+        """Callback: the tree of the tuple emitted with ``msg_id`` completed."""
 
     def fail(self, msg_id: Any) -> None:
-        pass
+        """Callback: that tree failed or timed out; re-emit the tuple to replay it."""
 
     def close(self) -> None:
         pass
 
-    # Actions, rebound by the runtime per task.
-    emit = _unbound("emit")
-    emit_direct = _unbound("emit_direct")
-    finish = _unbound("finish")
-    # A bounded spout with nothing new to emit, whose tuples may still be pending (held in a
-    # window, say) or replayed: downstream windows may get end of input once every spout said it.
-    finish_input = _unbound("finish_input")
+    # --- actions: bound by the runtime per task (see the module docstring) -------------------
+    def emit(self, values: list[Any] | tuple[Any, ...], msg_id: Any = None,
+             stream: str = DEFAULT_STREAM) -> list[int]:
+        """Emit a tuple of ``values`` (one per declared field of ``stream``); returns the ids of
+        the tasks it went to. With a ``msg_id`` the tuple is tracked: ``ack(msg_id)`` or
+        ``fail(msg_id)`` is called back once its tree completes or fails (or times out). Checks
+        run in the caller: a wrong stream or field count raises, naming component and stream."""
+        _unbound(self, "emit")
+
+    def emit_direct(self, task: int, values: list[Any] | tuple[Any, ...], msg_id: Any = None,
+                    stream: str = DEFAULT_STREAM) -> list[int]:
+        """``emit`` to one ``task`` of a component that subscribes to ``stream`` with a direct
+        grouping (the stream is declared ``Stream(..., direct=True)``)."""
+        _unbound(self, "emit_direct")
+
+    def finish(self) -> None:
+        """A bounded spout has nothing more to emit and nothing pending: ``next_tuple`` is not
+        called again, and the run completes once every spout task finished and nothing is in flight."""
+        _unbound(self, "finish")
+
+    def finish_input(self) -> None:
+        """Nothing new to emit, though tuples may still be pending (held in a window, say) or
+        replayed: downstream windows get end of input once every spout task said so or finished."""
+        _unbound(self, "finish_input")
 
 
 class ReplayableSpout(Spout):
@@ -289,15 +305,55 @@ class Bolt:
     def cleanup(self) -> None:
         pass
 
-    emit = _unbound("emit")
-    emit_direct = _unbound("emit_direct")
-    emitter = _unbound("emitter")
-    router = _unbound("router")
-    chunk_emitter = _unbound("chunk_emitter")
-    ack = _unbound("ack")
-    fail = _unbound("fail")
-    reset_timeout = _unbound("reset_timeout")
-    run_off_loop = _unbound("run_off_loop")
+    # --- actions: bound by the runtime per task (see the module docstring) -------------------
+    def emit(self, values: list[Any] | tuple[Any, ...], anchors: Tuple | Iterable[Tuple] | None = None,
+             stream: str = DEFAULT_STREAM) -> list[int]:
+        """Emit a tuple of ``values`` (one per declared field of ``stream``); returns the ids of
+        the tasks it went to. ``anchors``: the input tuple(s) it derives from, so it joins their
+        trees and its failure replays them; None emits it unanchored (a BasicBolt anchors it to
+        the input). Checks run in the caller: a wrong stream or field count raises, naming
+        component and stream."""
+        _unbound(self, "emit")
+
+    def emit_direct(self, task: int, values: list[Any] | tuple[Any, ...],
+                    anchors: Tuple | Iterable[Tuple] | None = None, stream: str = DEFAULT_STREAM) -> list[int]:
+        """``emit`` to one ``task`` of a component that subscribes to ``stream`` with a direct
+        grouping (the stream is declared ``Stream(..., direct=True)``)."""
+        _unbound(self, "emit_direct")
+
+    def emitter(self, stream: str = DEFAULT_STREAM) -> Callable[[list[Any]], list[int]]:
+        """``emit(values)`` for unanchored tuples on one stream, its route resolved once: for a
+        bolt emitting thousands of tuples in one execute. Same checks and result as ``emit``."""
+        _unbound(self, "emitter")
+
+    def router(self, stream: str = DEFAULT_STREAM) -> Callable[[list[Any]], list[int]]:
+        """``targets(values)``: the tasks an ``emit`` of ``values`` on ``stream`` would go to,
+        with the same checks, sending nothing (to group many tuples per target task)."""
+        _unbound(self, "router")
+
+    def chunk_emitter(self, stream: str) -> Callable[[int, list[Any], list[Any]], None]:
+        """``emit(task, head, rows)`` on a direct chunk ``stream`` (``Stream([head, rows],
+        direct=True, chunk=True)``), unanchored: ``rows`` (each checked with ``router``) travel
+        as one tuple and count as ``len(rows)``."""
+        _unbound(self, "chunk_emitter")
+
+    def ack(self, tup: Tuple) -> None:
+        """Acknowledge an input tuple: processed, with every tuple anchored to it already emitted.
+        Every input is acked or failed once (a BasicBolt's are acked for it; there this is a no-op)."""
+        _unbound(self, "ack")
+
+    def fail(self, tup: Tuple) -> None:
+        """Fail an input tuple: its spout tuples' trees fail now and their spouts may replay them."""
+        _unbound(self, "fail")
+
+    def reset_timeout(self, tup: Tuple) -> None:
+        """Restart the message timeout of the trees ``tup`` belongs to (for a bolt holding it long)."""
+        _unbound(self, "reset_timeout")
+
+    def run_off_loop(self, fn: Callable[[], Any], on_done: Callable[[Any, BaseException | None], None]) -> None:
+        """Run the blocking ``fn()`` on this task's own thread (see the class docstring);
+        ``on_done(result, error)`` runs afterwards on the worker's loop."""
+        _unbound(self, "run_off_loop")
 
 
 class StatefulBolt(Bolt):

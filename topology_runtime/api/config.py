@@ -136,7 +136,8 @@ class Config(dict):
         self["topology.debug"] = on
 
 
-def _positive_number(key: str, v: Any, allow_none: bool = False, integer: bool = False, zero: bool = False):
+def _positive_number(key: str, v: Any, allow_none: bool = False, integer: bool = False,
+                     zero: bool = False) -> int | float | None:
     if v is None and allow_none:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)):

@@ -123,7 +123,8 @@ class RunStatus:
         }
 
     def table(self) -> str:
-        rows = [("component", "tasks", "emitted", "acked", "failed", "replayed", "executed", "complete p50/p99 ms")]
+        rows: list[tuple[str, ...]] = [
+            ("component", "tasks", "emitted", "acked", "failed", "replayed", "executed", "complete p50/p99 ms")]
         for name, c in list(self.components.items()) + list(self.system_components.items()):
             lat = "-" if c.complete_latency_p50_ms is None else f"{c.complete_latency_p50_ms}/{c.complete_latency_p99_ms}"
             rows.append((name, str(c.tasks), str(c.emitted), str(c.acked), str(c.failed), str(c.replayed),
