@@ -1,5 +1,5 @@
 """Redis clients from URLs: the one place a client is made, so every part of the project
-accepts the same URLs (../shared/API.md "Where Redis is", docs/redis.md):
+accepts the same URLs (docs/redis.md):
 
     redis://[[user]:password@]host[:port][/db]    rediss://...    unix://...   (redis-py's forms)
     redis+sentinel://[[user]:password@]host:port[,host:port...]/SERVICE_NAME[/db]

@@ -1,4 +1,4 @@
-"""Pluggable state providers, as Storm's ``StateProvider`` (seed 003, "State provider").
+"""Pluggable state providers, as Storm's ``StateProvider``.
 
 ``topology.state.provider`` is ``"memory"``, ``"redis"`` (Storm's class names
 ``org.apache.storm.state.InMemoryKeyValueStateProvider`` and

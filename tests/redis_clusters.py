@@ -1,6 +1,6 @@
 """A Redis Cluster and a Redis Sentinel set as real processes on free loopback ports, and their
-session fixtures (imported by conftest.py). ../shared/reference/platform-notes.md has the
-recipe; every process started here is stopped by the fixture (and at exit).
+session fixtures (imported by conftest.py); every process started here is stopped by the
+fixture (and at exit).
 
 * ``RedisClusterSet``: 3 masters, no replicas (``redis-cli --cluster create``); URL
   ``redis+cluster://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3``.

@@ -26,7 +26,7 @@ def test_wordcount_dag_through_the_rest_api(airflow_live, redis_url):
     assert "progress [" in log, log[-3000:]
     assert "run 'wordcount' completed after" in log, log[-3000:]
     assert "component" in log and "sentences" in log  # the summary table
-    # Issue 20 item 5: Spark's INFO start-up lines stay out (WARN and up only), and each progress
+    # Spark's INFO start-up lines stay out (WARN and up only), and each progress
     # line is short enough to read without scrolling sideways.
     assert " INFO SparkContext" not in log and " INFO Executor" not in log, log[:3000]
     progress = [line[line.index("progress ["):].split(" [airflow.")[0].rstrip()  # minus the log's own context
@@ -106,7 +106,7 @@ def test_deferrable_wordcount_defers_then_succeeds_with_the_summary(airflow_live
 
 
 def test_a_dag_scheduled_on_committed_data_runs_after_the_topology_commits(airflow_live, redis_url):
-    """Issue 20 item 8: dags/committed_counts.py. The report DAG is scheduled on the transactional
+    """dags/committed_counts.py. The report DAG is scheduled on the transactional
     count's asset; its watcher (TopologyCommitTrigger in the triggerer) turns each commit into an
     asset event, and the report runs with those commits as its triggering events."""
     live = airflow_live
@@ -135,7 +135,7 @@ def test_a_dag_scheduled_on_committed_data_runs_after_the_topology_commits(airfl
 
 
 def test_recovery_of_an_unknown_id_through_the_rest_api_fails_naming_the_known_ids(airflow_live, redis_url):
-    """Issue 20 items 6 and 10: the manual recovery DAG, triggered through the REST API with an id
+    """The manual recovery DAG, triggered through the REST API with an id
     this Redis has no record of, fails at once (no retry: a typo does not heal) and says so."""
     from state.recovery import is_known
 
@@ -156,7 +156,7 @@ def _driver_live(cp: ControlPlane, name: str) -> bool:
 
 
 def test_marking_a_running_submit_task_failed_ends_the_run_killed(airflow_live, redis_url):
-    """Issue 20 items 3 and 10: mark-failed through the REST API while the topology runs (the task
+    """Mark-failed through the REST API while the topology runs (the task
     gets SIGTERM and on_kill): the run ends ``killed`` with its final state recorded, never
     ``lost``."""
     live = airflow_live
@@ -173,7 +173,7 @@ def test_marking_a_running_submit_task_failed_ends_the_run_killed(airflow_live, 
 
 
 def test_marking_a_deferred_submit_task_failed_ends_the_run_killed(airflow_live, redis_url):
-    """Issue 20 items 3 and 10, deferrable: the task waits in the triggerer; mark-failed through the
+    """Deferrable: the task waits in the triggerer; mark-failed through the
     REST API makes Airflow 3.3 call the trigger's on_kill, which kills the topology: ``killed``."""
     live = airflow_live
     dag_id = "wordcount_topology_deferrable"
@@ -192,7 +192,7 @@ def test_marking_a_deferred_submit_task_failed_ends_the_run_killed(airflow_live,
 
 
 def test_a_retry_after_the_task_process_is_sigkilled_reattaches_to_the_same_run(airflow_live, redis_url):
-    """Issue 20 items 4 and 10: SIGKILL the submit task's own process (the parent of its
+    """SIGKILL the submit task's own process (the parent of its
     spark-submit) mid-run; Airflow retries the task, the retry re-attaches to the run the first try
     started and follows it to the end: one run, the task and the DAG run succeed."""
     import signal

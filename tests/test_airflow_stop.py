@@ -1,5 +1,5 @@
-"""Every way a person stops a submit task ends the run ``killed``, never ``lost`` (issue 20 items
-3-5): SIGTERM to the task's whole process group (what Airflow sends on mark-failed and clear) while
+"""Every way a person stops a submit task ends the run ``killed``, never ``lost``:
+SIGTERM to the task's whole process group (what Airflow sends on mark-failed and clear) while
 spark-submit runs, the deferred task's trigger ``on_kill``, and a retry of the same task that
 re-attaches to the live run its earlier try left (instead of failing with "already live").
 Real spark-submits on ``local[2]`` and a real Redis; the Airflow task context is a stand-in

@@ -63,7 +63,7 @@ def topology(n: int = 400):
 
 
 WIDE = "wide-" + "w" * 60  # a long (valid) id, as some deployments name their runs
-PEAK = 112_066.21  # tuples/s: the chart's top label must not be cut (issue 20 item 7)
+PEAK = 112_066.21  # tuples/s: the chart's top label must not be cut
 SPOUT = {"emitted": 1_000_000, "acked": 990_000, "failed": 10_000}
 
 

@@ -1,4 +1,4 @@
-"""Commits announced for Airflow assets (issue 20 item 8): with ``topology.airflow.asset`` set,
+"""Commits announced for Airflow assets: with ``topology.airflow.asset`` set,
 each committed checkpoint and each transactional commit adds one entry to
 ``topology:{ID:ctl}:commits`` in the commit's own script, and ``TopologyCommitTrigger`` (the
 asset's watcher) turns each entry into one event. Real Redis, real LocalCluster runs; the

@@ -1,4 +1,4 @@
-"""resolve_config(): Storm key names, our defaults, and the key check of API.md "Configuration"."""
+"""resolve_config(): Storm key names, our defaults, and the check of unknown keys (docs/configuration.md)."""
 
 from __future__ import annotations
 

@@ -177,7 +177,7 @@ def test_drpc_operator_returns_the_result_for_xcom(drpc):
 
 
 def test_coordinated_bolts_in_an_ordinary_topology(drpc):
-    """CoordinatedBolt outside DRPC (item 2): requests from a spout, 3 coordinated stages wired by
+    """CoordinatedBolt outside DRPC: requests from a spout, 3 coordinated stages wired by
     coordinate(builder), no id stream, so every task of the last stage finishes each id and its
     BatchBolt emits its part: per id, one part per last-stage task, summing to the tuples sent."""
     from drpc_topologies import CountBatch, CreateTuples, PassOn, Record

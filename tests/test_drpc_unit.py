@@ -1,5 +1,5 @@
 """CoordinatedBolt (topology_runtime.drpc) without processes: wrappers driven by a small in-memory
-router, against seed 004's checkFinishId rules and Storm's DRPCIntegrationTest scenarios."""
+router, against Storm's checkFinishId rules and Storm's DRPCIntegrationTest scenarios."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fencing (issue 19 item 4): a run whose lease expired while it was paused (SIGSTOP) and a second
+"""Fencing: a run whose lease expired while it was paused (SIGSTOP) and a second
 run of the same id started must not write anything when it resumes: not its run record, not a
 state commit or checkpoint record, not a transactional commit. First each writer against a real
 Redis with two tokens, then whole runs paused with SIGSTOP while a second run takes over."""

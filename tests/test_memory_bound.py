@@ -1,4 +1,4 @@
-"""Memory is bounded by default (issue 19 item 5): a spout task's pending trees are bounded in
+"""Memory is bounded by default: a spout task's pending trees are bounded in
 number (topology.max.spout.pending, 1000 when not set) and in bytes of tuple values
 (topology.max.spout.pending.bytes, 64 MiB), so 150 tuples of 10 MB do not pile up in a worker.
 Unbounded, they also make batches over the 256 MB message cap, which go as smaller batches."""
@@ -8,8 +8,12 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from topology_runtime import BasicBolt, LocalCluster, Spout, TopologyBuilder
 from topology_runtime.reliability.spout_pending import PendingBudget, value_bytes
+
+pytestmark = pytest.mark.slow  # 10 MB tuples through real workers: not in make test-fast
 
 MB = 1 << 20
 

@@ -1,4 +1,4 @@
-"""The URL forms of API.md ("Where Redis is"), parsed by state.connection: Sentinel and Cluster
+"""The Redis URL forms of docs/redis.md, parsed by state.connection: Sentinel and Cluster
 URLs, passwords, several hosts; clear errors naming the part at fault and never the password.
 No server needed (a Sentinel client connects only when used)."""
 

@@ -1,4 +1,4 @@
-"""Pluggable state providers (issue 21 item 5; Storm's StateProvider, seed 003): the provider
+"""Pluggable state providers (Storm's StateProvider): the provider
 config checked at submit (unknown keys and bad class paths named), Storm's Redis keys making
 the same connection as a URL, key/value serializers (plain strings readable with HGETALL), and
 the stateful word count on a provider written here (tests/sqlite_state.py) through worker
@@ -23,6 +23,8 @@ from state.providers import CheckpointRecord, namespace
 from topology_runtime import ConfigError, LocalCluster
 from topology_runtime.api.config import resolve_config, state_redis_url
 from topology_runtime.testing import wait_for
+
+pytestmark = pytest.mark.slow  # a word count through worker SIGKILLs: not in make test-fast
 
 SQLITE = "sqlite_state:SQLiteStateProvider"
 STRINGS = {"keySerializer": "state.serializer:StringSerializer", "valueSerializer": "state.serializer:StringSerializer"}

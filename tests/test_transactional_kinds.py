@@ -1,4 +1,4 @@
-"""Seed 001's three kinds of bolt in transactional topologies (BatchBolt, committer BatchBolt,
+"""The three kinds of bolt of Storm's transactional topologies (BatchBolt, committer BatchBolt,
 BasicBolt; and a plain Bolt that acks or fails its tuples itself), the bolts refused by
 create_topology, and topology.transactional.max.attempts: a batch that keeps failing ends the
 run failed, naming the component, the txid and the exception."""
@@ -173,7 +173,7 @@ def test_a_commit_clears_the_failure_count():
 
 
 def test_seed_chain_with_every_kind_of_bolt_counts_exactly(redis_url, redis_client):
-    """Seed 001's picture: A -> B (committer) -> C -> D (committer), with A a BatchBolt, C a
+    """The transactional design's picture: A -> B (committer) -> C -> D (committer), with A a BatchBolt, C a
     BasicBolt; beside it A -> P (a plain Bolt failing one tuple of txid 2 once) -> Q (committer).
     C finishes a batch only after B committed it, D only then; the failed batch replays whole."""
     data = _data(11)

@@ -1,6 +1,6 @@
 """Component contracts users implement: spouts, bolts, tuples, stream declarations.
 
-Standard library only (the API layer of DESIGN.md). The action methods (``emit``, ``ack``, ...)
+Standard library only (the API layer). The action methods (``emit``, ``ack``, ...)
 are declared here with their real signatures, for readers, editors and type checkers; the runtime
 binds its own as instance attributes when a task starts, which shadow these, so a call from user
 code goes straight to the collector without an extra Python frame on the hot path.

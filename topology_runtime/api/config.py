@@ -1,4 +1,4 @@
-"""Topology configuration: Storm's key names, our defaults, and the key check of API.md."""
+"""Topology configuration: Storm's key names, our defaults, and the check of unknown keys."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Real Redis servers: for tests, and the project-local Redis the commands share (API.md)."""
+"""Real Redis servers: for tests, and the project-local Redis the commands share (docs/redis.md)."""
 
 from __future__ import annotations
 

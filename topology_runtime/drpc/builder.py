@@ -1,4 +1,4 @@
-"""LinearDRPCTopologyBuilder: a DRPC function as a chain of stages (Storm's builder, seed 004).
+"""LinearDRPCTopologyBuilder: a DRPC function as a chain of stages (Storm's builder).
 
     spout (DRPCSpout) -> prepare-request -args-> bolt0 -> bolt1 -> ... -> boltN -> join-result -> return-results
                                    |-return------------------------------------------^

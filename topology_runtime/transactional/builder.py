@@ -55,8 +55,8 @@ class TransactionalTopologyBuilder:
         return _Declarer(self, bolt_id)
 
     def _check_bolts(self) -> None:
-        """Seed 001's three kinds only (BatchBolt, committer BatchBolt, BasicBolt; and a plain
-        Bolt, per tuple like Storm's IRichBolt in a CoordinatedBolt); anything else is refused
+        """The kinds of bolt transactional topologies take (BatchBolt, committer BatchBolt,
+        BasicBolt; and a plain Bolt, per tuple like Storm's IRichBolt in a CoordinatedBolt); anything else is refused
         here, naming the component, not when its first batch arrives."""
         errors = []
         for bid, (bolt, _, committer) in self._bolts.items():
