@@ -192,3 +192,22 @@ def test_no_import_circles():
         if v not in index:
             visit(v)
     assert not circles, "import circles:\n" + "\n".join(" <-> ".join(c) for c in circles)
+
+
+def test_no_planning_references():
+    """The repository reads whole on its own: no code, test or doc cites work-planning documents
+    (issue or session numbers, seed files, paths outside the repository)."""
+    import re
+
+    pattern = re.compile(r"\b(issue|session|seed) ?#?0*\d+\b|\.\./shared|\(item \d+", re.I)
+    files = [p for ext in ("py", "md", "cfg", "toml", "in") for p in ROOT.rglob(f"*.{ext}")]
+    skip = {".venv", ".airflow", ".topology", "build", "node_modules", ".git"}
+    hits = []
+    for p in files:
+        parts = p.relative_to(ROOT).parts
+        if skip & set(parts) or any(part.startswith(".venv") for part in parts):
+            continue
+        for i, line in enumerate(p.read_text(errors="replace").splitlines(), 1):
+            if pattern.search(line):
+                hits.append(f"{p.relative_to(ROOT)}:{i}: {line.strip()[:100]}")
+    assert not hits, "planning references:\n" + "\n".join(hits)
