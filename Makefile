@@ -14,7 +14,7 @@ export PYTHONPATH := $(CURDIR):$(CURDIR)/plugins
 # No SPARK_LOCAL_IP here: spark-submits to local[...] bind 127.0.0.1 by themselves (launchers/spark.py
 # spark_env) and a cluster submit must bind an address the cluster can reach (docs/cluster.md).
 
-.PHONY: venv run run-local airflow airflow-stop test chromium lint lock clean
+.PHONY: venv run run-local airflow airflow-stop test test-fast chromium lint lock clean
 
 venv: $(STAMP)
 
@@ -48,6 +48,11 @@ run-local: venv
 # ARGS narrows a run while developing: make test ARGS='tests/test_x.py -k name'
 test: chromium venv
 	$(VENV)/bin/python -m pytest $(ARGS)
+
+# The unit and in-process tests: no Spark, no live Airflow or browser, no multi-process fault runs
+# (markers in tests/README.md). Under 3 minutes on 2 cores; `make test` stays the whole suite.
+test-fast: venv
+	$(VENV)/bin/python -m pytest -m "not slow and not spark" $(ARGS)
 
 # tests/test_airflow_browser.py drives Debian's Chromium by path (CHROMIUM=/path overrides): installed
 # here when root with apt-get, else make test stops before any test with the command to run.

@@ -23,6 +23,8 @@ from state.layout import REGISTRY, ctl_key
 from state.transactional import current_key
 from topology_runtime import LocalCluster
 
+pytestmark = pytest.mark.slow  # a live Airflow and Chromium: not in make test-fast
+
 CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run"]

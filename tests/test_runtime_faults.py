@@ -25,6 +25,8 @@ from topologies import (
 from topology_runtime import TopologyBuilder
 from topology_runtime.testing import wait_for
 
+pytestmark = pytest.mark.slow  # SIGKILLed workers, back-pressure floods: not in make test-fast
+
 
 @pytest.fixture
 def r(redis_url):

@@ -24,6 +24,8 @@ from topology_runtime import FailedException, LocalCluster
 from topology_runtime.testing import wait_for
 from topology_runtime.transactional import MemoryTransactionalSpout, TransactionalTopologyBuilder
 
+pytestmark = pytest.mark.slow  # workers SIGKILLed mid-commit: not in make test-fast
+
 
 def _ev(client: redis.Redis, key: str, *values) -> None:
     client.rpush(key, json.dumps(values))

@@ -30,6 +30,8 @@ from topology_runtime.control.reporter import summary
 from topology_runtime.testing import wait_for
 from topology_runtime.windowing import Count, Duration
 
+pytestmark = pytest.mark.slow  # windows held to the pending cap (25 s), exactly-once ends: not in make test-fast
+
 # A timeout the end of a run must never wait for: each run below ends long before it.
 TIMEOUT = 60
 
