@@ -7,7 +7,7 @@ import time
 
 import redis
 
-from topology_runtime import BasicBolt, Bolt, FailedException, Spout, Stream
+from topology_runtime import BasicBolt, Bolt, FailedException, Spout, StatefulBolt, Stream
 
 
 def _redis(conf) -> redis.Redis:
@@ -349,3 +349,45 @@ class PingPong(Bolt):
     def cleanup(self):
         with open(self.out, "w") as f:
             f.write(str(self.executed))
+
+
+class Ticker(Spout):
+    """Emits ``[n]`` with msg id ``n`` every ``every`` seconds, for ever; records its
+    activate/deactivate calls in the list ``t:activation``."""
+
+    outputs = ["n"]
+
+    def __init__(self, every: float = 0.002) -> None:
+        self.every = every
+
+    def open(self, conf, context):
+        self.i = 0
+        self.r = _redis(conf)
+        self.next_at = 0.0
+
+    def activate(self):
+        self.r.rpush("t:activation", "activate")
+
+    def deactivate(self):
+        self.r.rpush("t:activation", "deactivate")
+
+    def next_tuple(self):
+        now = time.monotonic()
+        if now < self.next_at:
+            return
+        self.next_at = now + self.every
+        self.i += 1
+        self.emit([self.i], msg_id=self.i)
+
+
+class CountInState(StatefulBolt):
+    """Counts its input in checkpointed state (key ``n``)."""
+
+    outputs: list = []
+
+    def init_state(self, state):
+        self.state = state
+
+    def execute(self, tup):
+        self.state.put("n", self.state.get("n", 0) + 1)
+        self.ack(tup)

@@ -128,6 +128,9 @@ def data(redis_server):
                                 "traceback": "Traceback <script>alert(2)</script>"}])
     control.finish(EVIL_RUN, token, status, {"0": {"host": "<h>", "heartbeat_age_secs": 1.0}})
     client.zadd(REGISTRY, {EVIL: time.time()})  # written by something else: listed nowhere, never a key
+    token = control.register("paused-run", "local", 3)  # live (its lease held), spouts paused
+    control.publish("paused-run", token, RunStatus("paused-run", "running", paused=True, workers=3,
+                                                   parallelism={"ticks": 2, "count": 4}), {})
     yield client
     client.flushall()
 
@@ -189,13 +192,13 @@ def test_api_list_matches_redis(airflow, data):
     body = r.json()
     # Every valid id of the registry, newest first; the invalid one planted there is left out.
     assert [t["name"] for t in body["topologies"]] == [n for n in data.zrevrange(REGISTRY, 0, -1) if n != EVIL]
-    assert body["total_entries"] == 2
+    assert body["total_entries"] == 3  # with the paused run
     t = next(t for t in body["topologies"] if t["name"] == NAME)
     raw = _raw_status(data, NAME)
     assert t["state"] == raw["state"] == "completed" and t["live"] is False
     for k in ("emitted", "acked", "failed", "replayed"):
         assert t["totals"][k] == sum(c[k] for c in raw["components"].values()), k
-    assert t["launcher"] == "local" and t["workers"] == "2"
+    assert t["launcher"] == "local" and t["workers"] == 2
 
 
 def test_api_topology_matches_redis(airflow, data):
@@ -458,3 +461,14 @@ def test_plugins_folder_defines_the_plugin_only_without_the_entry_point(monkeypa
     plugins, errors = _load_plugins_from_plugin_directory(folder, ignore_file_syntax="glob")
     assert [p.name for p in plugins] == ["topology_runtime"] and errors == {}
     assert str(plugins[0].source).endswith("topology_plugin.py")
+
+
+def test_a_paused_run_shows_paused_with_its_shape(airflow, data):
+    tc, _, token = airflow
+    listing = tc.get("/topologies/", headers=_auth(token)).text
+    row = listing[listing.index('<tr data-topology="paused-run">'):]
+    row = row[:row.index("</tr>")]
+    assert 'class="state state-paused"' in row and ">3<" in row
+    page = tc.get("/topologies/topology/paused-run", headers=_auth(token)).text
+    assert '<span class="state state-paused" data-testid="state">paused</span>' in page
+    assert "<dt>parallelism</dt><dd>ticks=2, count=4</dd>" in page and "<dt>workers</dt><dd>3</dd>" in page

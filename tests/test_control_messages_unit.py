@@ -25,6 +25,8 @@ SAMPLES = [
     m.Peers({"0": "tcp://a:1", "1": "tcp://b:2"}),
     m.Probe(9),
     m.Drain(),
+    m.Pause(),
+    m.Resume(),
     m.Stop(),
     m.FinalCheckpoint(),
     m.EndOfInput(["win"]),

@@ -141,8 +141,9 @@ def _summary(rec: RunRecord, now: float) -> dict[str, Any]:
     status = rec.status or {}
     comps = status.get("components") or {}
     return {
-        "name": rec.name, "state": rec.state, "live": rec.live,
-        "launcher": rec.info.get("launcher"), "workers": rec.info.get("workers"),
+        "name": rec.name, "state": rec.state, "paused": rec.paused, "live": rec.live,
+        "launcher": rec.info.get("launcher"), "workers": status.get("worker_count") or rec.info.get("workers"),
+        "parallelism": status.get("parallelism") or {},
         "started": rec.info.get("started"), "ended": rec.info.get("ended"),
         "dag_id": rec.info.get("dag_id"), "dag_run_id": rec.info.get("dag_run_id"),
         "uptime_secs": status.get("uptime_secs"), "restarts": status.get("restarts"),
@@ -238,7 +239,7 @@ def render_list(base: str, items: list[dict[str, Any]], dag_id: str | None, run_
         dag = "<br>".join(_cut(v) for v in (t["dag_id"], t["dag_run_id"]) if v)
         rows.append(
             f'<tr data-topology="{esc(t["name"])}"><td><a href="{esc(href)}">{_cut(t["name"])}</a></td>'
-            f'<td>{_state(t["state"])}</td><td>{"yes" if t["live"] else "no"}</td>'
+            f'<td>{_state("paused" if t["paused"] else t["state"])}</td><td>{"yes" if t["live"] else "no"}</td>'
             f'<td class="opt">{_cut(t["launcher"], "t s")}</td>'
             f'<td class="n">{esc(t["workers"])}</td><td class="n opt">{_num(t["components"])}</td>'
             f'<td class="n" data-testid="emitted">{_num(trees["emitted"])}</td>'
@@ -274,7 +275,8 @@ def render_list(base: str, items: list[dict[str, Any]], dag_id: str | None, run_
 def render_topology(base: str, d: dict[str, Any], refresh: bool) -> str:
     now = time.time()
     info = d["info"]
-    facts = [("launcher", info.get("launcher")), ("workers", info.get("workers")),
+    facts = [("launcher", info.get("launcher")), ("workers", d["workers"]),
+             ("parallelism", ", ".join(f"{c}={n}" for c, n in d["parallelism"].items()) or "–"),
              ("driver", f"{info.get('host', '?')} pid {info.get('pid', '?')}"), ("started", _when(info.get("started"))),
              ("ended", _when(info.get("ended")) or "–"), ("uptime", f"{_num(d['uptime_secs'])} s"),
              ("restarts", d["restarts"]), ("status updated", _ago(d["updated"], now))]
@@ -330,7 +332,7 @@ def render_topology(base: str, d: dict[str, Any], refresh: bool) -> str:
     system = (f'<h2>System components</h2>{_component_rows(d["system_components"], "system")}'
               if d["system_components"] else "")
     body = (f'<p><a href="{esc(base)}/">&larr; all topologies</a></p>'
-            f'<h1><span data-testid="topology-name">{esc(d["name"])}</span> {_state(d["state"])} '
+            f'<h1><span data-testid="topology-name">{esc(d["name"])}</span> {_state("paused" if d["paused"] else d["state"])} '
             f'<span class="muted">{"live" if d["live"] else "not live"}</span></h1>{error}<dl>{dl}</dl>'
             f'<h2>Components</h2>{_component_rows(d["components"], "user")}{system}'
             f"<h2>Throughput and complete latency</h2>{charts}{window}"

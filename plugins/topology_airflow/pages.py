@@ -98,7 +98,7 @@ td.w{white-space:normal}
 dd,li,p{overflow-wrap:anywhere} svg{max-width:100%;height:auto}
 .state{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;font-weight:600;background:#e2e8f0}
 .state-running{background:#c6f6d5}.state-completed{background:#bee3f8}.state-failed,.state-lost{background:#fed7d7}
-.state-killed{background:#feebc8}.muted{color:#718096}.err{color:#c53030}
+.state-killed{background:#feebc8}.state-paused{background:#e9d8fd}.muted{color:#718096}.err{color:#c53030}
 pre{background:#f7fafc;border:1px solid #e2e8f0;padding:8px;overflow:auto;max-height:320px;font-size:12px}
 dl{display:grid;grid-template-columns:max-content auto;gap:2px 14px;margin:4px 0} dt{color:#4a5568} dd{margin:0}
 .charts{display:flex;flex-wrap:wrap;gap:16px} a{color:#2b6cb0}

@@ -250,6 +250,14 @@ class Spout:
     def close(self) -> None:
         pass
 
+    def activate(self) -> None:
+        """Callback: the spout is active: after ``open`` and when a paused run is resumed
+        (Storm's ISpout.activate); ``next_tuple`` is called from now on."""
+
+    def deactivate(self) -> None:
+        """Callback: the run was paused (Storm's ISpout.deactivate): ``next_tuple`` is not called
+        until ``activate``; acks and fails of pending tuples still arrive."""
+
     # --- actions: bound by the runtime per task (see the module docstring) -------------------
     def emit(self, values: list[Any] | tuple[Any, ...], msg_id: Any = None,
              stream: str = DEFAULT_STREAM) -> list[int]:

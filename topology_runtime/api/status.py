@@ -104,6 +104,9 @@ class RunStatus:
     restarts: int = 0
     errors: list[dict] = field(default_factory=list)  # last errors: component, task, traceback
     uptime_secs: float = 0.0
+    paused: bool = False  # the spouts are deactivated (topology pause); the run is still running
+    workers: int = 0
+    parallelism: dict[str, int] = field(default_factory=dict)  # user component -> tasks
 
     @property
     def done(self) -> bool:
@@ -116,7 +119,8 @@ class RunStatus:
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name, "state": self.state, "error": self.error, "restarts": self.restarts,
-            "uptime_secs": self.uptime_secs,
+            "uptime_secs": self.uptime_secs, "paused": self.paused, "workers": self.workers,
+            "parallelism": dict(self.parallelism),
             "components": {k: v.to_dict() for k, v in self.components.items()},
             "system_components": {k: v.to_dict() for k, v in self.system_components.items()},
             "errors": self.errors,

@@ -14,7 +14,7 @@ from ..api.config import ConfigError, coerce_cli_value
 from ..api.exit_codes import ExitCode
 from ..api.status import FINAL_STATES
 from ..control.control_plane import RunAlreadyLive
-from .dead_letters import add_parser as add_dead_letters_parser
+from .operate import add_parsers as add_operate_parsers
 
 
 def _conf_pairs(pairs: Sequence[str] | None) -> dict:
@@ -104,13 +104,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
 def _print_record(rec, verbose: bool = True) -> None:
     st = rec.status or {}
     info = rec.info
-    print(f"{rec.name}: {rec.state} ({info.get('launcher', '?')}, {info.get('workers', '?')} workers"
+    print(f"{rec.name}: {rec.display_state} ({info.get('launcher', '?')}, {st.get('worker_count') or info.get('workers', '?')} workers"
           f", started {info.get('started', '?')}{', live' if rec.live else ''})")
     if not verbose or not st:
         return
     from ..control.control_plane import status_from_dict
 
     status = status_from_dict(st)
+    if status.parallelism:
+        print("parallelism: " + ", ".join(f"{c}={n}" for c, n in status.parallelism.items()))
     print(status.table())
     for i, w in sorted((st.get("workers") or {}).items()):
         print(f"  worker {i}: pid {w.get('pid')} incarnation {w.get('incarnation')} "
@@ -281,6 +283,8 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--redis")
     k.set_defaults(func=cmd_kill)
 
+    add_operate_parsers(sub, _redis)
+
     rc = sub.add_parser("recover", help="run the recovery protocol on a stopped topology's state")
     rc.add_argument("id")
     rc.add_argument("--action", choices=["auto", "rollback", "commit"], default="auto")
@@ -295,8 +299,6 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("id")
     rs.add_argument("--redis")
     rs.set_defaults(func=cmd_reset)
-
-    add_dead_letters_parser(sub, _redis)
 
     dr = sub.add_parser("drpc", help="call a DRPC function served by a running topology; prints the result")
     dr.add_argument("function")

@@ -11,6 +11,7 @@ run names, ``topology:runs``, is written on its own (docs/redis.md).
     topology:{ID:ctl}:fence        int    the newest token that wrote these records (state/fencing.py)
     topology:{ID:ctl}:epoch        int    worker launches (Spark barrier stages) so far
     topology:{ID:ctl}:kill         string "kill" | "drain": a request to the live run
+    topology:{ID:ctl}:paused       string "1" | "0": pause or resume asked of the live run (topology pause/resume)
     topology:{ID:ctl}:status       string JSON RunStatus + workers (heartbeats), refreshed every few seconds
     topology:{ID:ctl}:history      list   JSON samples {t, emitted, acked, failed, p50, p99}, one per publish,
                                           trimmed to the last HISTORY_SAMPLES (the UI's throughput chart)
@@ -31,7 +32,7 @@ from state import fencing
 from state.connection import connect
 from state.layout import REGISTRY, check_topology_id, ctl_key, fence_key, owner_of
 
-from ..api.status import FINAL_STATES, ComponentStats, RunStatus
+from ..api.status import FINAL_STATES, RUNNING, ComponentStats, RunStatus
 
 LEASE_TTL_MS = int(os.environ.get("TOPOLOGY_LEASE_TTL_MS", 15000))  # how long a vanished driver blocks its id
 RECORD_TTL_SECS = 7 * 24 * 3600  # a finished run's records expire after a week
@@ -129,6 +130,15 @@ class RunRecord:
             return self.status["state"]
         return self.info.get("state", "unknown")
 
+    @property
+    def paused(self) -> bool:
+        return bool(self.status and self.status.get("paused")) and self.state == RUNNING
+
+    @property
+    def display_state(self) -> str:
+        """The state for people: ``paused`` for a running run whose spouts are paused."""
+        return "paused" if self.paused else self.state
+
 
 def status_from_dict(d: dict[str, Any]) -> RunStatus:
     return RunStatus(
@@ -136,8 +146,14 @@ def status_from_dict(d: dict[str, Any]) -> RunStatus:
         components={k: ComponentStats(**v) for k, v in (d.get("components") or {}).items()},
         system_components={k: ComponentStats(**v) for k, v in (d.get("system_components") or {}).items()},
         restarts=int(d.get("restarts", 0)), errors=list(d.get("errors") or []),
-        uptime_secs=float(d.get("uptime_secs", 0.0)),
+        uptime_secs=float(d.get("uptime_secs", 0.0)), paused=bool(d.get("paused", False)),
+        workers=_worker_count(d), parallelism=dict(d.get("parallelism") or {}),
     )
+
+
+def _worker_count(d: dict[str, Any]) -> int:
+    w = d.get("workers")
+    return w if isinstance(w, int) else int(d.get("worker_count") or len(w or {}))
 
 
 def history_sample(status: RunStatus, t: float) -> dict[str, Any]:
@@ -186,7 +202,7 @@ class ControlPlane:
         }
         run = ctl_key(topology_id, "run")
         self._fenced(run, token, [
-            ("DEL", run, ctl_key(topology_id, "kill"), ctl_key(topology_id, "status"),
+            ("DEL", run, ctl_key(topology_id, "kill"), ctl_key(topology_id, "paused"), ctl_key(topology_id, "status"),
              ctl_key(topology_id, "history")),  # a new run's counters start at 0: a fresh chart
             ("HSET", run, *(x for kv in record.items() for x in (kv[0], str(kv[1])))),
         ])
@@ -221,6 +237,7 @@ class ControlPlane:
 
     def _publish_commands(self, topology_id: str, status: RunStatus, workers: dict | None, info: dict) -> list:
         d = status.to_dict()
+        d["worker_count"] = status.workers  # "workers" holds the heartbeats in the record
         d["workers"] = workers or {}
         d["updated"] = time.time()
         fields = {"state": status.state, **{k: str(v) for k, v in info.items() if v is not None}}
@@ -242,6 +259,11 @@ class ControlPlane:
     def kill_request(self, topology_id: str) -> str | None:
         return self.redis.get(ctl_key(topology_id, "kill"))
 
+    def pause_request(self, topology_id: str) -> bool | None:
+        """The paused state asked for by ``topology pause/resume``, None when nothing was asked."""
+        v = self.redis.get(ctl_key(topology_id, "paused"))
+        return None if v is None else v == "1"
+
     def finish(self, topology_id: str, token: int, status: RunStatus, workers: dict | None = None) -> None:
         """The final status and the records' expiry, fenced as ``publish``; then the lease goes."""
         commands = self._publish_commands(topology_id, status, workers,
@@ -249,6 +271,7 @@ class ControlPlane:
         commands += [("EXPIRE", ctl_key(topology_id, name), RECORD_TTL_SECS)
                      for name in ("run", "status", "token", "epoch", "history")]
         commands.append(("DEL", ctl_key(topology_id, "kill")))
+        commands.append(("DEL", ctl_key(topology_id, "paused")))
         self._fenced(ctl_key(topology_id, "run"), token, commands)
         self._release(keys=[ctl_key(topology_id, "lease")], args=[token])
 
@@ -262,6 +285,14 @@ class ControlPlane:
         if not self.redis.exists(ctl_key(topology_id, "lease")):
             return False
         self.redis.set(ctl_key(topology_id, "kill"), "drain" if drain else "kill", ex=3600)
+        return True
+
+    def request_pause(self, topology_id: str, paused: bool) -> bool:
+        """Ask the live run to pause (or resume) its spouts; False if no run of that id is live.
+        The request stays until the run ends, so a driver that restarts keeps it."""
+        if not self.redis.exists(ctl_key(topology_id, "lease")):
+            return False
+        self.redis.set(ctl_key(topology_id, "paused"), "1" if paused else "0")
         return True
 
     def is_live(self, topology_id: str) -> bool:

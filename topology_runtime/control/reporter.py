@@ -104,6 +104,9 @@ class RunReporter:
                     if req:
                         log.info("run %s: %s requested through the control plane", self.sup.name, req)
                         self.sup.request_kill(drain=(req == "drain"))
+                    paused = self.control.pause_request(self.sup.name)
+                    if paused is not None and paused != self.sup.paused:
+                        self.sup.set_paused(paused)
                 if now >= self._next_publish and not self.fenced:
                     self._next_publish = now + PUBLISH_SECS
                     self.control.publish(self.sup.name, self.token, self.sup.status(), self.sup.workers_info())

@@ -184,6 +184,18 @@ class LocalRun:
         self.supervisor.request_kill(drain=drain)
         return self.wait(timeout)
 
+    def pause(self) -> None:
+        """Deactivate the spouts (Storm's deactivate); in-flight trees finish, checkpoints go on."""
+        self._set_paused(True)
+
+    def resume(self) -> None:
+        self._set_paused(False)
+
+    def _set_paused(self, paused: bool) -> None:
+        if self.control is not None:  # the record too: `topology pause/resume` and this agree
+            self.control.request_pause(self.name, paused)
+        self.supervisor.set_paused(paused)
+
     @property
     def done(self) -> bool:
         return self.supervisor.done.is_set()

@@ -254,6 +254,13 @@ class SparkRun:
             self.proc.terminate()
         return self.wait(timeout)
 
+    def pause(self) -> None:
+        """Deactivate the spouts (through the control records: the driver applies it)."""
+        self.control.request_pause(self.name, True)
+
+    def resume(self) -> None:
+        self.control.request_pause(self.name, False)
+
     @property
     def done(self) -> bool:
         return self.proc.poll() is not None

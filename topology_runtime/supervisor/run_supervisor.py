@@ -12,21 +12,14 @@ import logging
 import secrets
 import threading
 import time
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from ..api.status import (
-    COMPLETED,
-    FAILED,
-    FINAL_STATES,
-    KILLED,
-    RUNNING,
-    STARTING,
-    RunStatus,
-)
+from ..api.status import COMPLETED, FAILED, FINAL_STATES, KILLED, RUNNING, STARTING, RunStatus
 from ..plan.planner import Plan
 from ..transport import messages as cm
 from ..transport.sockets import ControlServer
+from .slots import WorkerSlot
 from .stats import add_task_stats, component_stats
 from .window_end import WindowStallCheck, end_of_input_round, windows_held
 
@@ -37,23 +30,6 @@ log = logging.getLogger("topology.supervisor")
 
 PROBE_INTERVAL = 0.1
 MAX_STARTUP_FAILURES = 3
-
-
-@dataclass
-class WorkerSlot:
-    index: int
-    incarnation: int = -1
-    address: str | None = None
-    ready: bool = False
-    stats: dict = field(default_factory=dict)  # current incarnation: task -> stats dict
-    carried: dict = field(default_factory=dict)  # finished incarnations, summed
-    startup_failures: int = 0
-    last_seen: float = 0.0
-    stopped: bool = False
-    extra: dict = field(default_factory=dict)
-    hello: dict = field(default_factory=dict)
-    min_incarnation: int = 0  # messages of older (dead) incarnations are ignored
-    identity: bytes | None = None  # the connection its authenticated hello came from
 
 
 class RunSupervisor:
@@ -86,6 +62,7 @@ class RunSupervisor:
         self._stop_reason: str | None = None  # final state once workers stopped
         self._stop_sent_at: float | None = None
         self.draining = False
+        self.paused = False
         self._final_checkpoint_sent = False
         self._window_stall = WindowStallCheck()
         # Exactly-once: this supervisor coordinates checkpoints (barriers start at the spouts).
@@ -226,6 +203,16 @@ class RunSupervisor:
             else:
                 self._begin_stop(KILLED)
 
+    def set_paused(self, paused: bool) -> None:
+        """Pause (Storm's deactivate) or resume the user spouts; checkpoints, acks and the
+        lease go on. A worker that starts again while paused is paused too."""
+        with self.lock:
+            if self.state in FINAL_STATES or self._stop_reason is not None or paused == self.paused:
+                return
+            self.paused = paused
+            self._send_all(cm.Pause() if paused else cm.Resume())
+            log.info("run %s: %s", self.name, "paused (spouts deactivated)" if paused else "resumed")
+
     def status(self) -> RunStatus:
         with self.lock:
             return self._status()
@@ -310,6 +297,8 @@ class RunSupervisor:
                 self._send_all(cm.Peers(self._peers()))
                 if restarted and self.draining:
                     self._send(slot, cm.Drain())
+                if self.paused:
+                    self._send(slot, cm.Pause())
             return
         if inc != slot.incarnation:
             return  # a late message from a previous incarnation
@@ -452,7 +441,8 @@ class RunSupervisor:
         return RunStatus(
             name=self.name, state=self.state, error=self.error, components=components,
             system_components=system, restarts=self.restarts, errors=list(self.errors),
-            uptime_secs=round(time.time() - self.started_at, 3),
+            uptime_secs=round(time.time() - self.started_at, 3), paused=self.paused, workers=len(self.slots),
+            parallelism={c: len(t) for c, t in self.plan.component_tasks.items() if c in self.plan.topology.components},
         )
 
     # --- exactly-once rollback ------------------------------------------------------------------
@@ -491,8 +481,3 @@ class RunSupervisor:
 
     def close(self) -> None:
         self.control.close()
-
-
-def worker_extra(sup: RunSupervisor) -> dict[int, Any]:
-    with sup.lock:
-        return {i: dict(s.extra) for i, s in sup.slots.items()}

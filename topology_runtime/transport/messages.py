@@ -160,6 +160,20 @@ class Drain(ControlMessage):
 
 
 @dataclass(frozen=True)
+class Pause(ControlMessage):
+    """Deactivate the user spouts (no next_tuple); everything else goes on."""
+
+    KIND = "pause"
+
+
+@dataclass(frozen=True)
+class Resume(ControlMessage):
+    """Activate the user spouts again."""
+
+    KIND = "resume"
+
+
+@dataclass(frozen=True)
 class Stop(ControlMessage):
     """End the worker."""
 
@@ -200,7 +214,7 @@ class Commit(ControlMessage):
 KINDS: dict[str, type[ControlMessage]] = {
     cls.KIND: cls for cls in (
         Hello, Ready, Stats, Stopped, Fatal, ProbeReply, BarrierDone, Committed, ExactlyOnceFailure, RunFailed,
-        Peers, Probe, Drain, Stop, FinalCheckpoint, EndOfInput, Barrier, Commit)
+        Peers, Probe, Drain, Pause, Resume, Stop, FinalCheckpoint, EndOfInput, Barrier, Commit)
 }
 
 _TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "str": (str,), "bool": (bool,), "dict": (dict,),

@@ -26,10 +26,12 @@ from ..transport.messages import (
     Fatal,
     FinalCheckpoint,
     Hello,
+    Pause,
     Peers,
     Probe,
     ProbeReply,
     Ready,
+    Resume,
     RunFailed,
     Stats,
     Stop,
@@ -51,6 +53,8 @@ class ControlledWorker(Protocol):
     def stats_snapshot(self) -> dict: ...
     def take_errors(self) -> list[dict]: ...
     def drain(self) -> None: ...
+    def pause(self) -> None: ...
+    def resume(self) -> None: ...
     def barrier(self, txid: int) -> None: ...
     def commit(self, txid: int) -> None: ...
     def end_of_input(self, components: set[str]) -> None: ...
@@ -72,6 +76,7 @@ class WorkerControl:
         self.host = host
         self.last_heard = time.monotonic()
         self.preset_peers = False
+        self.early: list[ControlMessage] = []  # what came with the peers, for after start-up
 
     # --- start -----------------------------------------------------------------------------------
     def hello(self) -> None:
@@ -97,6 +102,8 @@ class WorkerControl:
                         got_peers = True
                     elif isinstance(msg, Stop):
                         raise SystemExit(0)
+                    elif isinstance(msg, (Pause, Drain)):
+                        self.early.append(msg)  # sent right after the peers to a restarted worker
                 if got_peers:
                     return
             if time.monotonic() - last_hello > HELLO_AGAIN_SECS:  # the supervisor may have missed it
@@ -133,6 +140,13 @@ class WorkerControl:
         self.client.send(kind(self.index, self.incarnation, self.worker.stats_snapshot(), self.worker.take_errors()))
 
     # --- the supervisor's messages ---------------------------------------------------------------
+    def started(self) -> None:
+        """The tasks are up: report ready, then act on what arrived before they were."""
+        self.ready()
+        early, self.early = self.early, []
+        for msg in early:
+            self.dispatch(msg)
+
     def handle(self) -> None:
         self.last_heard = time.monotonic()
         for msg in self.client.recv_all():
@@ -146,6 +160,10 @@ class WorkerControl:
             self._connect(msg.peers)
         elif isinstance(msg, Drain):
             w.drain()
+        elif isinstance(msg, Pause):
+            w.pause()
+        elif isinstance(msg, Resume):
+            w.resume()
         elif isinstance(msg, Barrier):
             w.barrier(msg.txid)
         elif isinstance(msg, Commit):

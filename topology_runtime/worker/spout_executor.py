@@ -48,7 +48,8 @@ class SpoutExecutor(BaseExecutor):
         self.acker_slot = port.preferred_acker_slot()
         self.finished = False
         self.input_finished = False  # nothing new to emit; pending trees may still replay
-        self.deactivated = False
+        self.deactivated = False  # drained: no more next_tuple for this run
+        self.paused = False  # paused by the operator: no next_tuple until resumed
         self.system = component.startswith("$")  # $checkpointspout: does not count for completion
         self.failed_ids: set = set()
         self.next_tuple_errors = 0
@@ -147,8 +148,23 @@ class SpoutExecutor(BaseExecutor):
         except Exception as e:  # noqa: BLE001
             self.report_error(f"{fn.__name__}({msg_id!r:.100})", e)
 
+    def set_paused(self, paused: bool) -> None:
+        """Storm's deactivate/activate: the spout's callback is told, next_tuple stops or starts
+        again; acks, fails and timeouts of what it has pending go on either way."""
+        if paused == self.paused:
+            return
+        self.paused = paused
+        self.call_activation(not paused)
+
+    def call_activation(self, active: bool) -> None:
+        fn = self.instance.activate if active else self.instance.deactivate
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - the user's callback: reported, the spout goes on
+            self.report_error(f"{'activate' if active else 'deactivate'}()", e)
+
     def can_emit(self) -> bool:
-        if self.finished or self.deactivated:
+        if self.finished or self.deactivated or self.paused:
             return False
         mp = self.max_pending
         return mp is None or len(self.pending) < mp

@@ -69,6 +69,8 @@ def start_tasks(w: Worker) -> None:
             open_task(w, ex, instance.open, conf, ctx)
             if w.eo is not None:
                 restore_spout(w, ex, task)
+            if getattr(instance, "activate", None) is not None:
+                ex.call_activation(True)  # Storm: a spout is activated once opened
         else:
             ex = BoltExecutor(w.port, task, cid, instance, {}, basic=is_basic(instance))
             w.local_bolts[task] = ex

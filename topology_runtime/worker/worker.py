@@ -240,6 +240,16 @@ class Worker:
             if not s.system:  # the checkpoint spout keeps going: the final commit needs it
                 s.deactivated = True
 
+    def pause(self) -> None:
+        for s in self.local_spouts.values():
+            if not s.system:  # the checkpoint spout keeps going: checkpoints go on while paused
+                s.set_paused(True)
+
+    def resume(self) -> None:
+        for s in self.local_spouts.values():
+            if not s.system:
+                s.set_paused(False)
+
     def barrier(self, txid: int) -> None:
         try:
             self.eo.barrier(txid)
@@ -279,7 +289,7 @@ class Worker:
         start_tasks(self)
         log.info("worker %d (incarnation %d) running %d task(s) at %s", self.index, self.spec.incarnation,
                  len(self.local_tasks), self.address)
-        self.ctl.ready()
+        self.ctl.started()
         # Tuples are short-lived and acyclic: keep the collector off the hot path. Objects built
         # during start-up (plan, user state, inputs) move to the permanent generation, and the
         # young generation is collected less often, which removes multi-ms pauses from p99.
