@@ -12,6 +12,7 @@ on one node; the topology's control records share ``{ID:ctl}``.
     topology:{ID:ctl}:namespaces   hash   stateful component -> its task ids (JSON)
     topology:{ID:ctl}:commits      stream one entry per committed checkpoint / transactional commit, when
                                    the topology announces them (topology.airflow.asset; capped)
+    topology:{ID:ctl}:dead-letters hash   spout component -> where its dead letters go (JSON: stream, list)
     topology:{ID:TASK}:fence, topology:{ID:ctl}:fence
                                    string the newest run's fencing token that wrote to this slot
                                           (state/fencing.py)
@@ -21,6 +22,13 @@ on one node; the topology's control records share ``{ID:ctl}``.
                                    id (state/transactional.py)
     drpc:{FUNCTION}:requests       stream a DRPC function's requests (topology_runtime/drpc)
     drpc:{FUNCTION}:reply:RID      list   one request's reply, with a TTL
+
+User keys beside a source stream STREAM (topology_runtime/connectors/dead_letters.py):
+
+    STREAM:dead                    list   the default dead-letter list (JSON entries)
+    same_slot(STREAM, ":dead-replayed")
+                                   zset   dead letters put back into STREAM (score: ms time), so
+                                          a replay's XADD and its marker are one script
 
 Every multi-key MULTI/EXEC, WATCH or script touches one hash tag (docs/redis.md); the registry
 is written apart from the control records. ``same_slot`` names a user key's companion (a
@@ -112,3 +120,20 @@ def drpc_key(function: str, name: str) -> str:
     """A DRPC function's keys: ``drpc:{FUNCTION}:requests`` (stream) and
     ``drpc:{FUNCTION}:reply:RID`` (list), one hash tag so a request and its reply share a slot."""
     return f"drpc:{{{check_topology_id(function, 'DRPC function name')}}}:{name}"
+
+
+def dead_letter_sources(topology_id: str) -> str:
+    """``topology:{ID:ctl}:dead-letters``: the hash where each spout component that dead-letters
+    records its stream and list (JSON), so a tool holding only the id finds them."""
+    return ctl_key(topology_id, "dead-letters")
+
+
+def dead_letter_list(stream: str) -> str:
+    """The default dead-letter list of ``stream``: ``STREAM:dead`` (keeps ``stream``'s hash tag)."""
+    return f"{stream}:dead"
+
+
+def dead_letter_replayed(stream: str) -> str:
+    """The zset of dead letters already put back into ``stream``, in ``stream``'s slot: the
+    XADD and its marker are one script on a Redis Cluster too."""
+    return same_slot(stream, ":dead-replayed")

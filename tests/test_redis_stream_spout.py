@@ -134,7 +134,11 @@ def test_poison_entry_goes_to_dead_letter_and_is_acked_and_the_run_goes_on(redis
             h.pump()
     assert h.spout.dead_lettered == 1
     dead = [json.loads(x) for x in r.lrange("s:dead", 0, -1)]
-    assert dead == [{"stream": "s", "id": poison, "fields": {"sentence": "line 0"}, "fails": 3}]
+    assert dead == [{"stream": "s", "id": poison, "fields": {"sentence": "line 0"}, "fails": 3,
+                     "reason": "failed or timed out 3 times (max_fails 2)", "component": "sentences"}]
+    # Registered under the topology id, so `topology dead-letters t` finds the list.
+    assert json.loads(r.hget("topology:{t:ctl}:dead-letters", "sentences")) == {
+        "stream": "s", "list": "s:dead", "spout": "RedisStreamSpout"}
     assert _pending(r) == 0
     assert [m for m, _ in h.emitted] == [poison] * 3  # first emit + 2 replays, then dead-lettered
     assert any("stream s" in m and poison in m and "3 times" in m for m in caplog.messages)
@@ -280,6 +284,7 @@ def test_missing_field_is_a_clear_error_and_the_entry_is_dead_lettered(redis_url
     assert any(f"stream 's' entry {bad}: no field 'sentence'" in m for m in caplog.messages)
     dead = json.loads(r.lindex("s:dead", 0))
     assert dead["id"] == bad and "no field 'sentence'" in dead["error"] and dead["raw"] == {"other": "x"}
+    assert dead["reason"] == dead["error"] and dead["component"] == "sentences"
     h.spout.ack(good)
     h.pump()
     assert _pending(r) == 0 and h.spout.dead_lettered == 1

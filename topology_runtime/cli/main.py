@@ -14,6 +14,7 @@ from ..api.config import ConfigError, coerce_cli_value
 from ..api.exit_codes import ExitCode
 from ..api.status import FINAL_STATES
 from ..control.control_plane import RunAlreadyLive
+from .dead_letters import add_parser as add_dead_letters_parser
 from .operate import add_parsers as add_operate_parsers
 
 
@@ -299,6 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("id")
     rs.add_argument("--redis")
     rs.set_defaults(func=cmd_reset)
+
+    add_dead_letters_parser(sub, _redis)
 
     dr = sub.add_parser("drpc", help="call a DRPC function served by a running topology; prints the result")
     dr.add_argument("function")

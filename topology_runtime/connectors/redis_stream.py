@@ -3,7 +3,8 @@
 An entry is XACKed only when its tuple tree is acked, so the source redelivers what a dead
 worker held: a restarted task (same consumer name) rereads its own pending entries, and entries
 of consumers that no longer exist are claimed (at ``open`` and then periodically). Poison entries
-go to a dead-letter list after ``max_fails`` failures. Redis calls are batched, never one per
+go to a dead-letter list after ``max_fails`` failures, registered under the topology id for
+``topology dead-letters`` (connectors/dead_letters.py). Redis calls are batched, never one per
 tuple: one XREADGROUP per ``next_tuple`` and one XACK (pipelined with dead-letter writes) per
 flush. Only Redis 6.2 commands are used.
 """
@@ -20,9 +21,11 @@ from typing import Any
 import redis
 
 from state.connection import connect
+from state.layout import dead_letter_list
 
 from ..api.components import ReplayableSpout, Spout, TopologyContext
 from ..api.config import redis_url
+from .dead_letters import failure_reason, register
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +75,7 @@ class RedisStreamSpout(Spout):
         self.outputs = list(fields)
         self.batch_size = batch_size
         self.max_fails = max_fails
-        self.dead_letter = dead_letter or f"{stream}:dead"
+        self.dead_letter = dead_letter or dead_letter_list(stream)
         self.bounded = bounded
         self.start_id = start_id
         self.claim_idle_ms = claim_idle_ms
@@ -89,6 +92,10 @@ class RedisStreamSpout(Spout):
                                                      f"{context.component_id!r}")
         self._redis = connect(url, socket_connect_timeout=10, socket_timeout=60)
         self.consumer = f"{context.component_id}-{context.task_index}"
+        self._component = context.component_id
+        if context.topology_id:  # contexts built by hand (tests, tools) have no id to register under
+            register(self._redis, context.topology_id, context.component_id, self.stream, self.dead_letter,
+                     type(self).__name__)
         self._values: dict[str, list] = {}  # pending (emitted or queued) msg id -> values
         self._delivered: dict[str, float] = {}  # msg id -> monotonic time Redis last delivered it to us
         self._fails: dict[str, int] = {}
@@ -187,7 +194,8 @@ class RedisStreamSpout(Spout):
             except _Malformed as e:  # dead-letter it now rather than stall on it
                 log.error("%s; moved to dead-letter list %s", e, self.dead_letter)
                 raw = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in data.items()}
-                self._dead.append(json.dumps({"stream": self.stream, "id": mid, "error": str(e), "raw": raw}).encode())
+                self._dead.append(json.dumps({"stream": self.stream, "id": mid, "error": str(e), "raw": raw,
+                                              "reason": str(e), "component": self._component}).encode())
                 self._to_ack.append(mid)
                 self.dead_lettered += 1
                 continue
@@ -307,8 +315,9 @@ class RedisStreamSpout(Spout):
         del self._values[msg_id]
         self._delivered.pop(msg_id, None)
         self._fails.pop(msg_id, None)
-        self._dead.append(json.dumps({"stream": self.stream, "id": msg_id,
-                                      "fields": dict(zip(self.fields, values)), "fails": n}).encode())
+        self._dead.append(json.dumps({"stream": self.stream, "id": msg_id, "fields": dict(zip(self.fields, values)),
+                                      "fails": n, "reason": failure_reason(n, self.max_fails),
+                                      "component": self._component}).encode())
         self._to_ack.append(msg_id)
         self.dead_lettered += 1
         log.warning("stream %s entry %s failed %d times: moved to dead-letter list %s",
