@@ -10,6 +10,8 @@ on one node; the topology's control records share ``{ID:ctl}``.
     topology:{ID:TASK}:txid        hash   commit -> txid, prepare -> txid
     topology:{ID:ctl}:checkpoint   hash   txid, state (COMMITTED | PREPARING | COMMITTING)
     topology:{ID:ctl}:namespaces   hash   stateful component -> its task ids (JSON)
+    topology:{ID:ctl}:settings     hash   state setting -> JSON value the id's state is written with
+                                          (state/settings.py)
     topology:{ID:ctl}:commits      stream one entry per committed checkpoint / transactional commit, when
                                    the topology announces them (topology.airflow.asset; capped)
     topology:{ID:ctl}:dead-letters hash   spout component -> where its dead letters go (JSON: stream, list)
@@ -63,6 +65,11 @@ def task_key(topology_id: str, task: int | str, name: str) -> str:
 
 def ctl_key(topology_id: str, name: str) -> str:
     return f"topology:{{{check_topology_id(topology_id)}:ctl}}:{name}"
+
+
+def settings_key(topology_id: str) -> str:
+    """The state settings the id's committed state was written with (state/settings.py)."""
+    return ctl_key(topology_id, "settings")
 
 
 def owner_of(key: str | bytes) -> tuple[str, str] | None:

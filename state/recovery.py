@@ -20,7 +20,7 @@ import redis
 from .checkpoint import COMMITTED, COMMITTING, PREPARING, CheckPointState, load_checkpoint, save_checkpoint
 from .connection import connect
 from .fencing import guarded, with_fence
-from .layout import REGISTRY, TOPOLOGY_ID, ctl_key, owner_of, task_key, task_pattern
+from .layout import REGISTRY, TOPOLOGY_ID, ctl_key, owner_of, settings_key, task_key, task_pattern
 from .redis_kv import COMMIT_SCRIPT, ROLLBACK_SCRIPT
 from .replication import NO_WAIT, Replication, atomic
 from .serializer import TOMBSTONE
@@ -28,7 +28,7 @@ from .serializer import TOMBSTONE
 ACTIONS = ("auto", "rollback", "commit")
 KNOWN_SHOWN = 5  # how many known ids the unknown-id message names
 # The records of a topology's control slot ({ID:ctl}, layout.py); its task keys are found by SCAN.
-_CTL_RECORDS = ("run", "checkpoint", "namespaces", "lease", "token", "fence", "epoch", "status", "history", "kill")
+_CTL_RECORDS = ("run", "checkpoint", "namespaces", "settings", "lease", "token", "fence", "epoch", "status", "history", "kill")
 
 
 class RecoveryRefused(RuntimeError):
@@ -234,7 +234,8 @@ def reset(topology_id: str, redis_url: str) -> int:
     # Exactly this topology's keys: the pattern also matches ids that extend it past a ':'.
     keys = [k for k in client.scan_iter(match=task_pattern(topology_id), count=1000)
             if (owner_of(k) or ("",))[0] == topology_id]
-    keys += [ctl_key(topology_id, n) for n in ("checkpoint", "namespaces")]
+    # With the state go the settings it was written with: a new start may choose others.
+    keys += [ctl_key(topology_id, n) for n in ("checkpoint", "namespaces")] + [settings_key(topology_id)]
     n = 0
     for i in range(0, len(keys), 500):
         n += client.delete(*keys[i:i + 500])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +15,7 @@ from .components import (
     Stream,
     declared_streams,
 )
+from .config import check_topology_conf
 from .groupings import CustomStreamGrouping
 
 SHUFFLE, FIELDS, GLOBAL, ALL, DIRECT, LOCAL_OR_SHUFFLE, NONE = (
@@ -60,9 +61,11 @@ class ComponentSpec:
 
 @dataclass
 class Topology:
-    """A validated topology: components in declaration order."""
+    """A validated topology: components in declaration order, and the config it carries
+    (``create_topology(conf=...)``): under the conf a run is given, over the defaults."""
 
     components: dict[str, ComponentSpec]
+    conf: dict[str, Any] = field(default_factory=dict)
 
     @property
     def spouts(self) -> list[ComponentSpec]:
@@ -157,7 +160,11 @@ class TopologyBuilder:
     def set_bolt(self, bolt_id: str, bolt: Bolt, parallelism: int = 1) -> InputDeclarer:
         return InputDeclarer(self._add(bolt_id, bolt, parallelism, False))
 
-    def create_topology(self) -> Topology:
+    def create_topology(self, conf: Mapping[str, Any] | None = None) -> Topology:
+        """The validated topology. ``conf``: its own config, checked as any conf (an unknown
+        ``topology.*`` key or a bad value raises ConfigError naming the key); every launcher
+        uses it under the conf a run is given (docs/configuration.md, "Precedence")."""
+        own = check_topology_conf(conf)
         errors = list(self._errors)
         comps = self._components
         for spec in comps.values():
@@ -214,7 +221,7 @@ class TopologyBuilder:
                 errors.extend(configure(spec.id, [(g.source, g.stream) for g in spec.inputs], spec.conf))
         if errors:
             raise TopologyError("invalid topology:\n  " + "\n  ".join(errors))
-        return Topology(dict(comps))
+        return Topology(dict(comps), own)
 
 
 def is_basic(component: Any) -> bool:

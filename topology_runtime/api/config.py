@@ -169,11 +169,31 @@ def coerce_cli_value(text: str) -> Any:
         return text
 
 
-def resolve_config(conf: Mapping[str, Any] | None, workers: int | None = None) -> dict[str, Any]:
+def layered(topology_conf: Mapping[str, Any] | None, conf: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The conf a run resolves: the topology's own (``create_topology(conf=...)``) under the one
+    it is given (``run``/``submit``'s ``conf``, the operator's, ``--conf`` on top of those)."""
+    return {**copy.deepcopy(dict(topology_conf or {})), **(conf or {})}
+
+
+def check_topology_conf(conf: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A topology's own config, checked key by key as any conf (ConfigError naming the key);
+    the rules between keys wait for the run's, which may complete it (the provider an
+    exactly-once topology needs). Returns a copy of it as given (no defaults)."""
+    if conf is None:
+        return {}
+    if not isinstance(conf, Mapping):
+        raise ConfigError(f"create_topology(conf=...): expected a dict of config keys, got {type(conf).__name__}")
+    resolve_config(conf, between_keys=False)
+    return copy.deepcopy(dict(conf))
+
+
+def resolve_config(conf: Mapping[str, Any] | None, workers: int | None = None,
+                   between_keys: bool = True) -> dict[str, Any]:
     """Check every ``topology.*`` key and return the effective config (defaults filled in).
 
     Unknown ``topology.*`` keys are an error naming the key; Storm keys we do not implement are
     accepted with a warning; other keys belong to the user and pass through unchanged.
+    ``between_keys=False`` skips the checks that need another key's final value.
     """
     out: dict[str, Any] = copy.deepcopy(DEFAULTS)  # no run may share (and mutate) a default
     for key, value in (conf or {}).items():
@@ -229,7 +249,7 @@ def resolve_config(conf: Mapping[str, Any] | None, workers: int | None = None) -
               "topology.executor.receive.buffer.size", "topology.max.restarts",
               "topology.transfer.max.message.bytes"):
         out[k] = _positive_number(k, out[k], integer=True, zero=(k == "topology.max.restarts"))
-    out["topology.state.provider"] = _state_provider(out)
+    out["topology.state.provider"] = _state_provider(out, between_keys)
     k = "topology.state.checkpoint.interval.ms"
     out[k] = _positive_number(k, out[k])
     k = "topology.airflow.asset"
@@ -241,7 +261,7 @@ def resolve_config(conf: Mapping[str, Any] | None, workers: int | None = None) -
     return out
 
 
-def _state_provider(conf: dict[str, Any]) -> str:
+def _state_provider(conf: dict[str, Any], between_keys: bool = True) -> str:
     """``topology.state.provider`` and its config, checked at submit by state/providers.py
     (memory, redis or "package.module:Class"; unknown config keys named). Exactly-once keeps
     spout positions and the fenced checkpoint record in Redis, so it needs a Redis-based one."""
@@ -251,7 +271,7 @@ def _state_provider(conf: dict[str, Any]) -> str:
         name = check_provider(conf)
     except StateProviderError as e:
         raise ConfigError(str(e)) from None
-    if conf["topology.state.exactly.once"] and not is_redis_based(name):
+    if between_keys and conf["topology.state.exactly.once"] and not is_redis_based(name):
         raise ConfigError(f"config key 'topology.state.exactly.once' needs a Redis-based topology.state.provider "
                           f"('redis' or a subclass of state.providers:RedisStateProvider), got {name!r}: spout "
                           "positions and the fenced checkpoint record live in Redis (docs/state.md)")

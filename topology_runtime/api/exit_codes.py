@@ -31,7 +31,8 @@ class ExitCode(enum.IntEnum):
     STILL_LIVE = 7
     """The run is still live after ``kill --wait``."""
     REFUSED = 8
-    """Recovery or reset refused (the run is live)."""
+    """Recovery or reset refused (the run is live); a run or submit refused before anything
+    started because the id's committed state was written with other state settings."""
     REDIS_UNAVAILABLE = 9
     """Redis cannot be reached or refused the credentials."""
     DRPC_FAILED = 10

@@ -16,6 +16,7 @@ from ..api.status import FINAL_STATES
 from ..control.control_plane import RunAlreadyLive
 from .dead_letters import add_parser as add_dead_letters_parser
 from .operate import add_parsers as add_operate_parsers
+from .preflight import StateSettingsChanged, spark_preflight
 
 
 def _conf_pairs(pairs: Sequence[str] | None) -> dict:
@@ -65,6 +66,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     except RunAlreadyLive as e:
         print(f"topology: {e}", file=sys.stderr)
         return ExitCode.ALREADY_LIVE
+    except StateSettingsChanged as e:  # the id's state was written with other settings: nothing started
+        print(f"topology: {e}", file=sys.stderr)
+        return ExitCode.REFUSED
     assert status.state in FINAL_STATES
     return status.exit_code
 
@@ -78,6 +82,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
     url = _redis(args)
     conf = _conf_pairs(args.conf)
     conf.setdefault("redis.url", url)
+    # Before anything is shipped or started.
+    refused = spark_preflight(url, args.name, args.topology, conf, args.workers)
+    if refused is not None:
+        print(f"topology: {refused}", file=sys.stderr)
+        return ExitCode.REFUSED
     spark_conf = {k: str(v) for k, v in _conf_pairs(args.spark_conf).items()}
     try:
         parts = submit_parts(args.master, args.topology, args.workers, spark_conf, args.py_files, args.archives,

@@ -29,6 +29,7 @@ from typing import Any
 import redis
 
 from state import fencing
+from state import settings as state_settings
 from state.connection import connect
 from state.layout import REGISTRY, check_topology_id, ctl_key, fence_key, owner_of
 
@@ -181,8 +182,13 @@ class ControlPlane:
         self._release = self.redis.register_script(_RELEASE)
 
     # --- writer side (the live run) ---------------------------------------------------------------
-    def register(self, topology_id: str, launcher: str, workers: int, **info: Any) -> int:
-        """Take the run's lease (fencing token) or raise RunAlreadyLive naming the live run."""
+    def register(self, topology_id: str, launcher: str, workers: int,
+                 state: tuple[dict[str, Any], bool] | None = None, **info: Any) -> int:
+        """Take the run's lease (fencing token) or raise RunAlreadyLive naming the live run.
+
+        ``state``: (the run's state settings, whether it writes state); StateSettingsChanged
+        (nothing written, the lease given back) if the id's committed state was written with
+        other settings; else they are recorded with the run record when none are yet."""
         check_topology_id(topology_id)
         r = self.redis
         token = int(self._register(keys=[ctl_key(topology_id, "lease"), ctl_key(topology_id, "token"),
@@ -194,7 +200,16 @@ class ControlPlane:
                 f"driver {live.get('host', '?')} pid {live.get('pid', '?')}, started {live.get('started', '?')}); "
                 f"kill it first: topology kill {topology_id}"
             )
-        record = {
+        record: list = []
+        if state is not None:
+            # Checked under the lease: no other run of the id can record or write state meanwhile.
+            try:
+                if state_settings.check(r, topology_id, state[0]) is None and state[1]:
+                    record = state_settings.record_commands(topology_id, state[0])
+            except BaseException:
+                self.release(topology_id, token)
+                raise
+        fields = {
             "launcher": launcher, "workers": workers, "host": socket.gethostname(), "pid": os.getpid(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "state": "starting", "token": token,
             **{k: os.environ[v] for k, v in _AIRFLOW_CTX.items() if os.environ.get(v)},
@@ -204,13 +219,19 @@ class ControlPlane:
         self._fenced(run, token, [
             ("DEL", run, ctl_key(topology_id, "kill"), ctl_key(topology_id, "paused"), ctl_key(topology_id, "status"),
              ctl_key(topology_id, "history")),  # a new run's counters start at 0: a fresh chart
-            ("HSET", run, *(x for kv in record.items() for x in (kv[0], str(kv[1])))),
+            ("HSET", run, *(x for kv in fields.items() for x in (kv[0], str(kv[1])))),
+            *record,
         ])
         # The registry is not in the run's hash slot (a MULTI may not span two on a Redis
         # Cluster): added after the records, so a listed name always has them (list() drops
         # names whose records expired).
         r.zadd(REGISTRY, {topology_id: time.time()})
         return token
+
+    def check_state_settings(self, topology_id: str, settings: dict[str, Any]) -> None:
+        """A launcher's pre-flight, before anything starts: StateSettingsChanged if the id's
+        committed state was written with other settings (``register`` checks again, under the lease)."""
+        state_settings.check(self.redis, check_topology_id(topology_id), settings)
 
     def renew(self, topology_id: str, token: int) -> None:
         """Extend the lease; take it again if it is gone and nobody else took it (LeaseLost if

@@ -11,11 +11,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from state.layout import check_topology_id
+from state.settings import state_settings, writes_state
 
 from ..api.builder import Topology, TopologyError
-from ..api.config import resolve_config
+from ..api.config import layered, resolve_config
 from ..api.status import FAILED, FINAL_STATES, RunStatus
-from ..plan.planner import build_plan
+from ..plan.planner import Plan, build_plan
 from ..supervisor.run_supervisor import RunSupervisor
 from ..worker.process import run_worker
 from ..worker.worker import WorkerSpec
@@ -65,6 +66,37 @@ def load_topology(ref: Any) -> Topology:
     return obj
 
 
+def state_of(plan: Plan) -> tuple[dict[str, Any], bool]:
+    """(the run's state settings, whether it writes state that outlives it): what the control
+    plane checks against the settings the id's committed state was written with."""
+    return state_settings(plan.conf), writes_state(plan.conf, plan.stateful)
+
+
+def check_state_without_control(name: str, plan: Plan) -> None:
+    """A run without the control plane still keeps state in its ``redis.url`` Redis when it
+    names one: the same check and record there (no lease: best effort)."""
+    url = plan.conf.get("redis.url")
+    if not url:
+        return
+    import redis
+
+    from state.connection import connect
+    from state.settings import check_and_record
+
+    settings, writes = state_of(plan)
+    client = connect(str(url))
+    try:
+        check_and_record(client, name, settings, writes)
+    except redis.ConnectionError:
+        if writes:
+            raise
+        # A run that keeps no state may not need that Redis now (a spout's, later): its own
+        # connections report it, as before.
+        log.debug("run %s: Redis unreachable for the state settings check", name)
+    finally:
+        client.close()
+
+
 def _worker_main(spec: WorkerSpec) -> None:
     import os
     import sys
@@ -78,8 +110,9 @@ class LocalRun:
 
     def __init__(self, name: str, topology: Topology, conf: Mapping[str, Any] | None, workers: int,
                  redis_url: str | None = None, progress_interval: float | None = None) -> None:
+        conf = layered(topology.conf, conf)
         resolved = resolve_config(conf)
-        if conf is None or "topology.workers" not in conf:
+        if "topology.workers" not in conf:
             resolved["topology.workers"] = workers
         self.name = name
         self.plan = build_plan(topology, resolved)
@@ -89,7 +122,10 @@ class LocalRun:
             from ..control.control_plane import ControlPlane
 
             self.control = ControlPlane(redis_url)
-            token = self.control.register(name, "local", self.plan.workers)  # before any state is touched
+            # before any state is touched; refused if the id's state was written with other settings
+            token = self.control.register(name, "local", self.plan.workers, state=state_of(self.plan))
+        else:
+            check_state_without_control(name, self.plan)
         try:
             self.supervisor = RunSupervisor(name, self.plan, token=token)
         except BaseException:
@@ -266,4 +302,4 @@ class LocalCluster(ClusterBase):
 
 
 
-__all__ = ["LocalCluster", "LocalRun", "TopologyFailed", "load_topology", "FINAL_STATES"]
+__all__ = ["LocalCluster", "LocalRun", "TopologyFailed", "load_topology", "state_of", "FINAL_STATES"]

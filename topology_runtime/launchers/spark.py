@@ -18,11 +18,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..api.builder import Topology
-from ..api.config import resolve_config
+from ..api.config import layered, resolve_config
 from ..api.status import FAILED, FINAL_STATES, STARTING, RunStatus
 from ..control.control_plane import ControlPlane, status_from_dict
-from ..plan.planner import build_plan
-from .local import ClusterBase, load_topology
+from ..plan.planner import Plan, build_plan
+from .local import ClusterBase, load_topology, state_of
 from .shipping import is_local_master, ship
 from .spark_failures import is_loopback, route_source
 
@@ -187,15 +187,26 @@ def spark_submit_command(master: str, app_args: list[str], spark_conf: Mapping[s
     return cmd + [str(DRIVER_SCRIPT), *app_args]
 
 
+def preflight(control: ControlPlane, name: str, topology: Topology, conf: Mapping[str, Any] | None,
+              workers: int) -> Plan:
+    """What a Spark submit checks before spark-submit starts: the conf (the topology's own
+    under ``conf``, as the driver resolves it) and the plan, then that the id's committed state
+    was written with this run's state settings (StateSettingsChanged names each that differs;
+    the driver checks again when it takes the lease). Returns the plan."""
+    plan = build_plan(topology, resolve_config(layered(topology.conf, conf), workers=workers))
+    control.check_state_settings(name, state_of(plan)[0])
+    return plan
+
+
 class SparkRun:
     def __init__(self, cluster: SparkCluster, name: str, topology: Any, conf: Mapping[str, Any] | None) -> None:
         self.name = name
         self.control = ControlPlane(cluster.redis_url)
-        resolved = resolve_config(conf, workers=cluster.workers)  # fail fast, in the caller
         self._topology_file = None
         ref = topology if isinstance(topology, str) else None
         topo: Topology = load_topology(topology)
-        self.plan = build_plan(topo, resolved)
+        # Fail fast, in the caller: a bad conf, or state written with other settings.
+        self.plan = preflight(self.control, name, topo, conf, cluster.workers)
         if ref is None:  # an object: pickled into the job (the user's own process, so trusted)
             fd, path = tempfile.mkstemp(prefix=f"topology-{name}-", suffix=".pkl")
             os.close(fd)
@@ -311,5 +322,5 @@ def _pickle_topology(topology: Topology, path: str) -> None:
         f.write(cloudpickle.dumps(topology))
 
 
-__all__ = ["SparkCluster", "SparkRun", "SubmitParts", "driver_args", "spark_env", "spark_submit_command",
+__all__ = ["SparkCluster", "SparkRun", "SubmitParts", "driver_args", "preflight", "spark_env", "spark_submit_command",
            "submit_parts"]

@@ -10,7 +10,8 @@ tasks, each hosting one worker (the same worker code as LocalCluster); the tasks
 addresses with ``BarrierTaskContext.allGather``. A failed barrier stage is not retried by Spark,
 so the driver relaunches it with a new epoch (kept in Redis), at most ``topology.max.restarts``
 times. The exit code (``ExitCode``) is 0 only for a completed run (1 failed, 2 killed, 4 the
-topology cannot be loaded or placed, 5 already live).
+topology cannot be loaded or placed, 5 already live, 8 the id's state was written with other
+state settings).
 
 Failures a relaunch cannot fix end the run at once, with the executor's Python traceback in
 this log and in the run's status (``spark_failures``): the topology's code or the interpreter
@@ -30,9 +31,10 @@ import sys
 import threading
 
 from state.connection import redacted
+from state.settings import StateSettingsChanged
 
 from ..api.builder import TopologyError
-from ..api.config import ConfigError, coerce_cli_value, resolve_config
+from ..api.config import ConfigError, coerce_cli_value, layered, resolve_config
 from ..api.exit_codes import ExitCode
 from ..api.status import FAILED
 from ..control.control_plane import ControlPlane, LeaseKeeper, RunAlreadyLive
@@ -42,7 +44,7 @@ from ..supervisor.run_supervisor import RunSupervisor
 from ..worker.process import run_worker
 from ..worker.worker import WorkerSpec
 from . import spark_failures as failures
-from .local import load_topology
+from .local import load_topology, state_of
 from .spark_placement import Placement
 
 log = logging.getLogger("topology.driver")
@@ -188,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
                 topology = load_topology(pickle.load(f))
         else:
             topology = load_topology(args.topology)
-        resolved = resolve_config(conf, workers=args.workers)
+        resolved = resolve_config(layered(topology.conf, conf), workers=args.workers)
         plan = build_plan(topology, resolved)
     except (TopologyError, ConfigError) as e:
         print(f"topology {args.name!r} rejected: {e}", flush=True)
@@ -196,10 +198,15 @@ def main(argv: list[str] | None = None) -> int:
     control = ControlPlane(args.redis)
     master = os.environ.get("MASTER", "")
     try:
-        token = control.register(args.name, "spark", plan.workers, master=master, log=args.log_file)
+        # Before the Spark job (and its session) starts: refused if the id's state was written with other settings.
+        token = control.register(args.name, "spark", plan.workers, state=state_of(plan), master=master,
+                                 log=args.log_file)
     except RunAlreadyLive as e:
         print(f"error: {e}", flush=True)
         return ExitCode.ALREADY_LIVE
+    except StateSettingsChanged as e:
+        print(f"error: {e}", flush=True)
+        return ExitCode.REFUSED
     lost = threading.Event()
     keeper = LeaseKeeper(control, args.name, token, lost.set)
     # SIGTERM (Airflow's mark-failed/clear, a scheduler stopping the task, `kill`): stop the
