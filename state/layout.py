@@ -18,7 +18,7 @@ on one node; the topology's control records share ``{ID:ctl}``.
     topology:{ID:TASK}:fence, topology:{ID:ctl}:fence
                                    string the newest run's fencing token that wrote to this slot
                                           (state/fencing.py)
-    topology:{ID:ctl}:run|lease|token|epoch|kill|paused|status|history   the run's control records
+    topology:{ID:ctl}:run|lease|token|epoch|kill|paused|rebalance|status|history   the run's control records
                                           (topology_runtime/control/control_plane.py)
     topology:{TX:ctl}:tx:NAME      the transactional coordinator's records, TX the transactional
                                    id (state/transactional.py)

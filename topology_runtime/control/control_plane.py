@@ -12,6 +12,7 @@ run names, ``topology:runs``, is written on its own (docs/redis.md).
     topology:{ID:ctl}:epoch        int    worker launches (Spark barrier stages) so far
     topology:{ID:ctl}:kill         string "kill" | "drain": a request to the live run
     topology:{ID:ctl}:paused       string "1" | "0": pause or resume asked of the live run (topology pause/resume)
+    topology:{ID:ctl}:rebalance    string JSON {workers, timeout}: a rebalance asked of the live run (taken once)
     topology:{ID:ctl}:status       string JSON RunStatus + workers (heartbeats), refreshed every few seconds
     topology:{ID:ctl}:history      list   JSON samples {t, emitted, acked, failed, p50, p99}, one per publish,
                                           trimmed to the last HISTORY_SAMPLES (the UI's throughput chart)
@@ -280,6 +281,19 @@ class ControlPlane:
     def kill_request(self, topology_id: str) -> str | None:
         return self.redis.get(ctl_key(topology_id, "kill"))
 
+    def take_rebalance_request(self, topology_id: str) -> dict | None:
+        """The rebalance asked for by ``topology rebalance`` (taken: a request is carried out once)."""
+        v = self.redis.getdel(ctl_key(topology_id, "rebalance"))
+        return None if v is None else json.loads(v)
+
+    def request_rebalance(self, topology_id: str, workers: int, timeout: float | None = None) -> bool:
+        """Ask the live run to go on with ``workers`` workers; False if no run of that id is live."""
+        if not self.redis.exists(ctl_key(topology_id, "lease")):
+            return False
+        self.redis.set(ctl_key(topology_id, "rebalance"), json.dumps({"workers": workers, "timeout": timeout}),
+                       ex=3600)
+        return True
+
     def pause_request(self, topology_id: str) -> bool | None:
         """The paused state asked for by ``topology pause/resume``, None when nothing was asked."""
         v = self.redis.get(ctl_key(topology_id, "paused"))
@@ -292,7 +306,7 @@ class ControlPlane:
         commands += [("EXPIRE", ctl_key(topology_id, name), RECORD_TTL_SECS)
                      for name in ("run", "status", "token", "epoch", "history")]
         commands.append(("DEL", ctl_key(topology_id, "kill")))
-        commands.append(("DEL", ctl_key(topology_id, "paused")))
+        commands.append(("DEL", ctl_key(topology_id, "paused"), ctl_key(topology_id, "rebalance")))
         self._fenced(ctl_key(topology_id, "run"), token, commands)
         self._release(keys=[ctl_key(topology_id, "lease")], args=[token])
 

@@ -78,13 +78,14 @@ def summary(status: RunStatus) -> str:
 class RunReporter:
     def __init__(self, sup: RunSupervisor, control: ControlPlane | None = None, token: int | None = None,
                  progress_interval: float | None = None, out: TextIO | None = None,
-                 info: Callable[[], dict] | None = None) -> None:
+                 info: Callable[[], dict] | None = None, can_rebalance: bool = False) -> None:
         self.sup = sup
         self.control = control
         self.token = token
         self.progress_interval = progress_interval
         self.out = out or sys.stdout
         self.info = info
+        self.can_rebalance = can_rebalance  # the launcher can restart its workers in another number
         now = time.monotonic()
         self._next_kill = now
         self._next_publish = now
@@ -104,6 +105,9 @@ class RunReporter:
                     if req:
                         log.info("run %s: %s requested through the control plane", self.sup.name, req)
                         self.sup.request_kill(drain=(req == "drain"))
+                    rebalance = self.control.take_rebalance_request(self.sup.name)
+                    if rebalance is not None:
+                        self._rebalance(rebalance)
                     paused = self.control.pause_request(self.sup.name)
                     if paused is not None and paused != self.sup.paused:
                         self.sup.set_paused(paused)
@@ -125,6 +129,16 @@ class RunReporter:
             line = progress_line(self.sup.status(), self._prev, now - self._last_progress)
             self._last_progress = now
             print(line, file=self.out, flush=True)
+
+    def _rebalance(self, req: dict) -> None:
+        if not self.can_rebalance:
+            log.warning("run %s: a rebalance was requested, but this launcher cannot rebalance a live run "
+                        "in this version; nothing changed", self.sup.name)
+            return
+        try:
+            self.sup.request_rebalance(req.get("workers"), req.get("timeout"))  # type: ignore[arg-type]
+        except ValueError as e:
+            log.warning("run %s: %s; nothing changed", self.sup.name, e)
 
     def _fenced_off(self, e: LeaseLost) -> None:
         """A newer run of this id owns the records: write nothing more, end this run."""

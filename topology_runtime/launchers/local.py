@@ -7,6 +7,7 @@ import logging
 import multiprocessing
 import re
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,7 +17,7 @@ from state.settings import state_settings, writes_state
 from ..api.builder import Topology, TopologyError
 from ..api.config import layered, resolve_config
 from ..api.status import FAILED, FINAL_STATES, RunStatus
-from ..plan.planner import Plan, build_plan
+from ..plan.planner import Plan, build_plan, replan
 from ..supervisor.run_supervisor import RunSupervisor
 from ..worker.process import run_worker
 from ..worker.worker import WorkerSpec
@@ -139,7 +140,7 @@ class LocalRun:
         self.token = token
         from ..control.reporter import RunReporter
 
-        self.reporter = RunReporter(self.supervisor, self.control, token, progress_interval)
+        self.reporter = RunReporter(self.supervisor, self.control, token, progress_interval, can_rebalance=True)
         self.procs: dict[int, multiprocessing.Process] = {}
         self.incarnations: dict[int, int] = {}
         for i in range(self.plan.workers):
@@ -157,15 +158,29 @@ class LocalRun:
 
     def _restart_all(self) -> None:
         """Exactly-once rollback: stop every worker, settle the state, start them all again."""
+        self._stop_all()
+        self.supervisor.restart_all_done()
+        for i in list(self.procs):
+            self._start(i, self.incarnations[i] + 1)
+
+    def _rebalance(self, workers: int) -> None:
+        """Stop every worker, then start ``workers`` of them with the same tasks (replan)."""
+        self._stop_all()
+        plan = replan(self.plan, workers)
+        log.info("run %s: rebalance: every worker stopped; starting %d", self.name, workers)
+        self.supervisor.rebalance_done(plan)
+        self.plan = plan
+        old, self.procs, self.incarnations = self.incarnations, {}, {}
+        for i in range(workers):
+            self._start(i, old.get(i, -1) + 1)
+
+    def _stop_all(self) -> None:
         for p in self.procs.values():
             if isinstance(p, multiprocessing.process.BaseProcess) and p.is_alive():
                 p.kill()
         for p in self.procs.values():
             if isinstance(p, multiprocessing.process.BaseProcess):
                 p.join(10)
-        self.supervisor.restart_all_done()
-        for i in list(self.procs):
-            self._start(i, self.incarnations[i] + 1)
 
     @property
     def pids(self) -> dict[int, int]:
@@ -179,6 +194,10 @@ class LocalRun:
                 self.reporter.tick()
                 if sup.restart_all_requested:
                     self._restart_all()
+                    continue
+                target = sup.rebalance_due(time.monotonic())
+                if target is not None:
+                    self._rebalance(target)
                     continue
                 for i, p in list(self.procs.items()):
                     if p.exitcode is not None and p.pid is not None:
@@ -219,6 +238,17 @@ class LocalRun:
     def kill(self, drain: bool = False, timeout: float | None = 60) -> RunStatus:
         self.supervisor.request_kill(drain=drain)
         return self.wait(timeout)
+
+    def rebalance(self, workers: int | None = None, parallelism: Mapping[str, int] | None = None,
+                  timeout: float | None = None) -> None:
+        """Go on with ``workers`` worker processes: the spouts pause until in-flight trees finish
+        (at most ``timeout`` s, default the message timeout), every worker stops, the new number
+        starts with the same tasks and state. Returns once asked; ``status().workers`` tells."""
+        if parallelism:
+            raise TopologyError("rebalance: changing a component's parallelism is not available in this "
+                                "version (only --workers)")
+        if workers is not None:
+            self.supervisor.request_rebalance(workers, timeout)
 
     def pause(self) -> None:
         """Deactivate the spouts (Storm's deactivate); in-flight trees finish, checkpoints go on."""

@@ -19,6 +19,8 @@ from ..api.status import COMPLETED, FAILED, FINAL_STATES, KILLED, RUNNING, START
 from ..plan.planner import Plan
 from ..transport import messages as cm
 from ..transport.sockets import ControlServer
+from .operations import DayTwoOperations
+from .rebalance import Rebalance
 from .slots import WorkerSlot
 from .stats import add_task_stats, component_stats
 from .window_end import WindowStallCheck, end_of_input_round, windows_held
@@ -32,7 +34,7 @@ PROBE_INTERVAL = 0.1
 MAX_STARTUP_FAILURES = 3
 
 
-class RunSupervisor:
+class RunSupervisor(DayTwoOperations):
     def __init__(self, name: str, plan: Plan, host: str = "127.0.0.1", restart_all_on_failure: bool = False,
                  token: int | None = None) -> None:
         """``token``: the run's fencing token (state/fencing.py; None for a run without the
@@ -63,6 +65,7 @@ class RunSupervisor:
         self._stop_sent_at: float | None = None
         self.draining = False
         self.paused = False
+        self.rebalance: Rebalance | None = None
         self._final_checkpoint_sent = False
         self._window_stall = WindowStallCheck()
         # Exactly-once: this supervisor coordinates checkpoints (barriers start at the spouts).
@@ -203,16 +206,6 @@ class RunSupervisor:
             else:
                 self._begin_stop(KILLED)
 
-    def set_paused(self, paused: bool) -> None:
-        """Pause (Storm's deactivate) or resume the user spouts; checkpoints, acks and the
-        lease go on. A worker that starts again while paused is paused too."""
-        with self.lock:
-            if self.state in FINAL_STATES or self._stop_reason is not None or paused == self.paused:
-                return
-            self.paused = paused
-            self._send_all(cm.Pause() if paused else cm.Resume())
-            log.info("run %s: %s", self.name, "paused (spouts deactivated)" if paused else "resumed")
-
     def status(self) -> RunStatus:
         with self.lock:
             return self._status()
@@ -297,7 +290,7 @@ class RunSupervisor:
                 self._send_all(cm.Peers(self._peers()))
                 if restarted and self.draining:
                     self._send(slot, cm.Drain())
-                if self.paused:
+                if self.paused or self.rebalance is not None:
                     self._send(slot, cm.Pause())
             return
         if inc != slot.incarnation:
@@ -367,6 +360,8 @@ class RunSupervisor:
 
     def _evaluate_probe(self) -> None:
         replies = [self._replies[i] for i in sorted(self._replies)]
+        if self.rebalance is not None and self._probe_seq > self.rebalance.after_probe:
+            self.rebalance.pending = sum(r.pending for r in replies)
         if not all(r.idle and r.input_done for r in replies):
             self._last_quiet = None
             stall = self._window_stall.update(replies, time.monotonic())

@@ -1,0 +1,79 @@
+"""Rebalance a live run onto another number of worker processes (LocalCluster): the spouts
+pause while in-flight trees drain, every worker stops, the new number starts with the same
+tasks and state. Exactly-once counts stay exact, also with a worker SIGKILLed during the
+rebalance; at-least-once loses nothing. Through the CLI and the run handle."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+import redis
+from spark_topologies import exactly_once_wordcount, wordcount
+
+from examples.stateful_wordcount import counts_in_state
+from examples.wordcount import COUNTS, load_sentences, true_counts
+from topology_runtime import LocalCluster, TopologyError
+from topology_runtime.api.exit_codes import ExitCode
+from topology_runtime.cli.main import main as cli
+from topology_runtime.testing import wait_for
+
+pytestmark = pytest.mark.slow
+
+EO = {"topology.state.provider": "redis", "topology.state.exactly.once": True,
+      "topology.state.checkpoint.interval.ms": 200, "topology.message.timeout.secs": 3,
+      "topology.max.spout.pending": 100}
+
+
+def test_exactly_once_counts_stay_exact_across_two_rebalances_and_a_kill(redis_url, capsys):
+    truth = true_counts(load_sentences(redis.Redis.from_url(redis_url, decode_responses=True), 2500))
+    name = "rb-eo"
+    with LocalCluster(workers=2, redis_url=redis_url) as cluster:
+        run = cluster.submit(name, exactly_once_wordcount(), {"redis.url": redis_url, **EO})
+        assert wait_for(lambda: run.status().components["split"].executed > 200, 60), run.status()
+        # 2 -> 3 through the CLI, which waits until the run is on 3 workers.
+        assert cli(["rebalance", name, "--workers", "3", "--redis", redis_url]) == ExitCode.COMPLETED
+        out = capsys.readouterr().out
+        assert f"{name}: running on 3 worker(s) (sentences=2, split=2, count=2)" in out, out
+        assert len(run.pids) == 3 and run.status().workers == 3
+        executed = run.status().components["split"].executed
+        assert wait_for(lambda: run.status().components["split"].executed > executed + 100, 60), run.status()
+        # 3 -> 1 through the handle, with a worker SIGKILLed while the spouts drain.
+        victim = next(iter(run.pids.values()))
+        run.rebalance(workers=1)
+        os.kill(victim, signal.SIGKILL)
+        status = run.wait(240)
+    assert status.state == "completed", status.error
+    assert status.workers == 1 and run.plan.workers == 1
+    counts = counts_in_state(redis_url, name, run.plan.component_tasks["count"])
+    assert counts == truth  # ==: nothing lost, nothing counted twice
+
+
+def test_at_least_once_loses_nothing(redis_url):
+    r = redis.Redis.from_url(redis_url, decode_responses=True)
+    truth = true_counts(load_sentences(r, 3000))
+    with LocalCluster(workers=2, redis_url=redis_url) as cluster:
+        run = cluster.submit("rb-alo", wordcount(slow=True), {"redis.url": redis_url})
+        assert wait_for(lambda: run.status().components["split"].executed > 300, 60), run.status()
+        run.rebalance(workers=3, timeout=10)
+        assert wait_for(lambda: run.status().workers == 3 and run.status().state == "running", 60), run.status()
+        status = run.wait(240)
+    assert status.state == "completed", status.error
+    counts = {w: int(n) for w, n in r.hgetall(COUNTS).items()}
+    assert all(counts.get(w, 0) >= n for w, n in truth.items())  # at least once: every word counted
+
+
+def test_what_rebalance_refuses(redis_url, capsys):
+    assert cli(["rebalance", "nobody", "--workers", "2", "--redis", redis_url]) == ExitCode.NO_SUCH_RUN
+    with LocalCluster(workers=1, redis_url=redis_url) as cluster:
+        run = cluster.submit("rb-refuse", wordcount(slow=True), {"redis.url": redis_url})
+        try:
+            assert cli(["rebalance", "rb-refuse", "--parallelism", "split=3", "--redis", redis_url]) == ExitCode.REFUSED
+            assert "--parallelism is not available" in capsys.readouterr().err
+            with pytest.raises(TopologyError, match="parallelism"):
+                run.rebalance(parallelism={"split": 3})
+            with pytest.raises(ValueError, match="workers must be an integer >= 1, got 0"):
+                run.rebalance(workers=0)
+        finally:
+            run.kill()

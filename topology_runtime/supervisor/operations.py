@@ -1,0 +1,81 @@
+"""What an operator does to a live run besides stopping it: pause and resume its spouts, and
+rebalance it onto another number of workers. Part of ``RunSupervisor`` (run_supervisor.py),
+kept apart so each module reads on its own; every method takes the supervisor's lock."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from ..api.status import FINAL_STATES, RUNNING, STARTING
+from ..plan.planner import Plan
+from ..transport import messages as cm
+from .rebalance import Rebalance, check_workers
+from .slots import WorkerSlot
+
+log = logging.getLogger("topology.supervisor")
+
+
+class DayTwoOperations:
+    # Set by RunSupervisor.__init__ (declared for the type checker).
+    lock: threading.Lock
+    name: str
+    plan: Plan
+    state: str
+    paused: bool
+    eo: bool
+    rebalance: Rebalance | None
+    running_since: float | None
+    slots: dict[int, WorkerSlot]
+    _stop_reason: str | None
+    _probe_seq: int
+
+    if TYPE_CHECKING:
+        def _send_all(self, msg: cm.ControlMessage) -> None: ...
+        def replan(self, plan: Plan) -> None: ...
+        def eo_recover(self) -> None: ...
+
+    def set_paused(self, paused: bool) -> None:
+        """Pause (Storm's deactivate) or resume the user spouts; checkpoints, acks and the
+        lease go on. A worker that starts again while paused is paused too."""
+        with self.lock:
+            if self.state in FINAL_STATES or self._stop_reason is not None or paused == self.paused:
+                return
+            self.paused = paused
+            self._send_all(cm.Pause() if paused else cm.Resume())
+            log.info("run %s: %s", self.name, "paused (spouts deactivated)" if paused else "resumed")
+
+    def request_rebalance(self, workers: int, timeout: float | None = None) -> None:
+        """Go on with ``workers`` worker processes (the launcher carries it out once
+        ``rebalance_due``): the spouts pause until in-flight trees drained, at most ``timeout``
+        seconds (default: the message timeout)."""
+        workers = check_workers(workers)
+        with self.lock:
+            if self.state in FINAL_STATES or self._stop_reason is not None or self.rebalance is not None:
+                return
+            wait = float(self.plan.conf.get("topology.message.timeout.secs", 30) if timeout is None else timeout)
+            self.rebalance = Rebalance(workers, time.monotonic() + wait, self.paused, self._probe_seq)
+            if not self.paused:
+                self._send_all(cm.Pause())
+            log.info("run %s: rebalancing from %d to %d worker(s): spouts paused, draining in-flight trees",
+                     self.name, len(self.slots), workers)
+
+    def rebalance_due(self, now: float) -> int | None:
+        """The new worker count once the drain is over (the launcher then stops every worker)."""
+        with self.lock:
+            r = self.rebalance
+            return r.workers if r is not None and self.state == RUNNING and r.due(now) else None
+
+    def rebalance_done(self, plan: Plan) -> None:
+        """Every worker is down: the run goes on with ``plan`` (same tasks, new placement)."""
+        self.replan(plan)
+        with self.lock:
+            r, self.rebalance = self.rebalance, None
+            self.paused = bool(r and r.was_paused)
+            self.state = STARTING
+            self.running_since = None
+            if self.eo:
+                self.eo_recover()
+
