@@ -128,9 +128,6 @@ def data(redis_server):
                                 "traceback": "Traceback <script>alert(2)</script>"}])
     control.finish(EVIL_RUN, token, status, {"0": {"host": "<h>", "heartbeat_age_secs": 1.0}})
     client.zadd(REGISTRY, {EVIL: time.time()})  # written by something else: listed nowhere, never a key
-    token = control.register("paused-run", "local", 3)  # live (its lease held), spouts paused
-    control.publish("paused-run", token, RunStatus("paused-run", "running", paused=True, workers=3,
-                                                   parallelism={"ticks": 2, "count": 4}), {})
     yield client
     client.flushall()
 
@@ -192,7 +189,7 @@ def test_api_list_matches_redis(airflow, data):
     body = r.json()
     # Every valid id of the registry, newest first; the invalid one planted there is left out.
     assert [t["name"] for t in body["topologies"]] == [n for n in data.zrevrange(REGISTRY, 0, -1) if n != EVIL]
-    assert body["total_entries"] == 3  # with the paused run
+    assert body["total_entries"] == 2
     t = next(t for t in body["topologies"] if t["name"] == NAME)
     raw = _raw_status(data, NAME)
     assert t["state"] == raw["state"] == "completed" and t["live"] is False
@@ -463,8 +460,12 @@ def test_plugins_folder_defines_the_plugin_only_without_the_entry_point(monkeypa
     assert str(plugins[0].source).endswith("topology_plugin.py")
 
 
-def test_a_paused_run_shows_paused_with_its_shape(airflow, data):
+def test_a_paused_run_shows_paused_with_its_shape(airflow, data, redis_server):
     tc, _, token = airflow
+    control = ControlPlane(redis_server.url)
+    token_ = control.register("paused-run", "local", 3)  # live (its lease held), spouts paused
+    control.publish("paused-run", token_, RunStatus("paused-run", "running", paused=True, workers=3,
+                                                    parallelism={"ticks": 2, "count": 4}), {})
     listing = tc.get("/topologies/", headers=_auth(token)).text
     row = listing[listing.index('<tr data-topology="paused-run">'):]
     row = row[:row.index("</tr>")]
@@ -472,3 +473,7 @@ def test_a_paused_run_shows_paused_with_its_shape(airflow, data):
     page = tc.get("/topologies/topology/paused-run", headers=_auth(token)).text
     assert '<span class="state state-paused" data-testid="state">paused</span>' in page
     assert "<dt>parallelism</dt><dd>ticks=2, count=4</dd>" in page and "<dt>workers</dt><dd>3</dd>" in page
+    # Links to the DAGs that operate it; the page itself changes nothing.
+    assert 'href="/dags/topology_rebalance"' in page and 'href="/dags/topology_recovery"' in page
+    control.release("paused-run", token_)
+    drop_run(data, "paused-run")

@@ -5,9 +5,11 @@ Importable from the plugins folder (Airflow puts it on sys.path) and installed w
 
 from .assets import TopologyCommitTrigger, topology_asset
 from .hooks import TopologyHook
+from .operations import PauseTopologyOperator, RebalanceTopologyOperator, ResumeTopologyOperator
 from .operators import DRPCOperator, SubmitTopologyOperator, TopologyRecoveryOperator
 from .sensors import TopologySensor
 from .triggers import TopologyTrigger
 
-__all__ = ["DRPCOperator", "SubmitTopologyOperator", "TopologyCommitTrigger", "TopologyHook", "TopologyRecoveryOperator",
+__all__ = ["DRPCOperator", "PauseTopologyOperator", "RebalanceTopologyOperator", "ResumeTopologyOperator",
+           "SubmitTopologyOperator", "TopologyCommitTrigger", "TopologyHook", "TopologyRecoveryOperator",
            "TopologySensor", "TopologyTrigger", "topology_asset"]

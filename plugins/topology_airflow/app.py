@@ -331,9 +331,13 @@ def render_topology(base: str, d: dict[str, Any], refresh: bool) -> str:
 
     system = (f'<h2>System components</h2>{_component_rows(d["system_components"], "system")}'
               if d["system_components"] else "")
+    root = base[: -len(URL_PREFIX)] if base.endswith(URL_PREFIX) else ""  # Airflow's own pages
+    operate = (f'<p class="muted" data-testid="operate">This page changes nothing. From Airflow: '
+               f'<a href="{esc(root)}/dags/topology_rebalance">topology_rebalance</a> (rebalance, pause, resume) '
+               f'&middot; <a href="{esc(root)}/dags/topology_recovery">topology_recovery</a> (after a crash)</p>')
     body = (f'<p><a href="{esc(base)}/">&larr; all topologies</a></p>'
             f'<h1><span data-testid="topology-name">{esc(d["name"])}</span> {_state("paused" if d["paused"] else d["state"])} '
-            f'<span class="muted">{"live" if d["live"] else "not live"}</span></h1>{error}<dl>{dl}</dl>'
+            f'<span class="muted">{"live" if d["live"] else "not live"}</span></h1>{error}<dl>{dl}</dl>{operate}'
             f'<h2>Components</h2>{_component_rows(d["components"], "user")}{system}'
             f"<h2>Throughput and complete latency</h2>{charts}{window}"
             f"<h2>Checkpoint</h2>{cp_html}<h2>Transactional</h2>{tx_html}"

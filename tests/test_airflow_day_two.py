@@ -1,0 +1,94 @@
+"""The day-two operators and the manual topology_rebalance DAG through dag.test() against a
+live run on local workers and a real Redis: rebalance onto 3 workers, pause, resume; the task
+log says what was done and the new shape; a run that is not live, or one on Spark, fails the
+task at once naming why and what to do instead."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from runtime_components import CountInState, Ticker
+
+from topology_runtime import LocalCluster, TopologyBuilder
+from topology_runtime.api.status import RunStatus
+from topology_runtime.control.control_plane import ControlPlane
+from topology_runtime.testing import wait_for
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _topology():
+    b = TopologyBuilder()
+    b.set_spout("ticks", Ticker(), 2)
+    b.set_bolt("count", CountInState(), 2).shuffle_grouping("ticks")
+    return b.create_topology()
+
+
+def _states(run):
+    return {ti.task_id: ti.state for ti in run.get_task_instances()}
+
+
+def test_rebalance_dag_rebalances_pauses_and_resumes_a_live_run(airflow_db, redis_url, monkeypatch):
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.sdk.exceptions import AirflowFailException
+    from structlog.testing import capture_logs
+    from topology_airflow import RebalanceTopologyOperator
+
+    monkeypatch.setenv("TOPOLOGY_REDIS_URL", redis_url)
+    bag = DagBag(dag_folder=str(ROOT / "dags"))
+    assert not bag.import_errors, bag.import_errors
+    dag = bag.get_dag("topology_rebalance")
+    assert dag.params.get_param("action").schema["enum"] == ["rebalance", "pause", "resume"]
+    conf = {"redis.url": redis_url, "test.redis.url": redis_url, "topology.state.provider": "redis",
+            "topology.state.checkpoint.interval.ms": 200, "topology.stats.interval.secs": 0.2}
+    with LocalCluster(workers=2, redis_url=redis_url) as cluster:
+        run = cluster.submit("af-rb", _topology(), conf)
+        try:
+            assert wait_for(lambda: run.status().components["ticks"].emitted > 100, 30), run.status()
+            dr = dag.test(run_conf={"topology_id": "af-rb", "action": "rebalance", "workers": 3, "timeout": 5})
+            assert dr.state == "success", _states(dr)
+            assert _states(dr) == {"choose": "success", "rebalance": "success", "pause": "skipped",
+                                   "resume": "skipped"}
+            assert run.status().workers == 3 and len(run.pids) == 3
+            # The operator alone: its log says what was done and the new shape; XCom has the shape.
+            op = RebalanceTopologyOperator(task_id="rb", topology_id="af-rb", workers=2, redis_url=redis_url)
+            with capture_logs() as logs:
+                shape = op.execute({})
+            lines = [e["event"] % e["positional_args"] if e.get("positional_args") else e["event"] for e in logs]
+            assert "done: af-rb: running on 2 worker(s) (ticks=2, count=2)" in lines, lines
+            assert shape == {"state": "running", "workers": 2, "parallelism": {"ticks": 2, "count": 2}}
+
+            dr = dag.test(run_conf={"topology_id": "af-rb", "action": "pause", "workers": 3})
+            assert dr.state == "success", _states(dr)
+            assert run.status().paused
+            emitted = run.status().components["ticks"].emitted
+            dr = dag.test(run_conf={"topology_id": "af-rb", "action": "resume", "workers": 3})
+            assert dr.state == "success", _states(dr)
+            assert wait_for(lambda: run.status().components["ticks"].emitted > emitted + 50, 15)
+            assert not run.status().paused
+        finally:
+            run.kill()
+
+    # Not live any more: the task fails at once (no retry can help), saying so.
+    dr = dag.test(run_conf={"topology_id": "af-rb", "action": "rebalance", "workers": 2})
+    assert dr.state == "failed" and _states(dr)["rebalance"] == "failed"
+    with pytest.raises(AirflowFailException, match="no live run named 'af-rb' to rebalance"):
+        RebalanceTopologyOperator(task_id="rb", topology_id="af-rb", workers=2, redis_url=redis_url).execute({})
+
+
+def test_rebalance_operator_refuses_a_spark_run_naming_what_to_do(airflow_db, redis_url):
+    from airflow.sdk.exceptions import AirflowFailException
+    from topology_airflow import RebalanceTopologyOperator
+
+    cp = ControlPlane(redis_url)
+    token = cp.register("af-spark", "spark", 2)  # a live run record of a Spark driver
+    cp.publish("af-spark", token, RunStatus("af-spark", "running", workers=2), {})
+    op = RebalanceTopologyOperator(task_id="rebalance", topology_id="af-spark", workers=4, redis_url=redis_url)
+    with pytest.raises(AirflowFailException, match=r"runs on spark: .*drain it and submit again with --workers N"):
+        op.execute({})
+    bad = RebalanceTopologyOperator(task_id="rebalance", topology_id="af-spark", workers="four", redis_url=redis_url)
+    with pytest.raises(AirflowFailException, match="workers must be an integer, got 'four'"):
+        bad.execute({})
+    cp.release("af-spark", token)

@@ -1,0 +1,97 @@
+"""Day-two requests to a live run through its control records, for the CLI and the Airflow
+operators alike: pause, resume and rebalance. Each asks, then waits until the run's published
+status shows the new shape; the errors say what stands and the command that continues or undoes
+it."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from .control_plane import ControlPlane, RunRecord
+
+
+class NotLive(RuntimeError):
+    """No live run of that id (never ran, or ended)."""
+
+
+class Refused(RuntimeError):
+    """The request cannot be carried out on this run; nothing changed."""
+
+
+class NotConfirmed(RuntimeError):
+    """Asked, but the run did not show the result in time: the request stands."""
+
+
+@dataclass
+class Shape:
+    """What a run looks like after a request."""
+
+    name: str
+    state: str  # display state: running / paused / ...
+    workers: int | None
+    parallelism: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, rec: RunRecord) -> Shape:
+        st = rec.status or {}
+        return cls(rec.name, rec.display_state, st.get("worker_count"), dict(st.get("parallelism") or {}))
+
+    def describe(self) -> str:
+        shape = ", ".join(f"{c}={n}" for c, n in self.parallelism.items())
+        return f"{self.name}: {self.state} on {self.workers} worker(s)" + (f" ({shape})" if shape else "")
+
+
+def _live(cp: ControlPlane, name: str, doing: str) -> RunRecord:
+    rec = cp.get(name)
+    if rec is None or not rec.live:
+        raise NotLive(f"no live run named {name!r} to {doing}")
+    return rec
+
+
+def _wait(cp: ControlPlane, name: str, wait: float, done, what: str, undo: str) -> Shape:
+    deadline = time.monotonic() + wait
+    while True:
+        rec = cp.get(name)
+        if rec is None or not rec.live:
+            raise NotLive(f"{name!r} ended ({rec.state if rec else 'no record'}) before it confirmed the {what}")
+        if done(rec):
+            return Shape.of(rec)
+        if time.monotonic() >= deadline:
+            raise NotConfirmed(f"{name!r} has not confirmed the {what} after {wait:g}s; the request stands "
+                               f"(`topology status {name}` shows when it is done; to undo: `{undo}`)")
+        time.sleep(0.25)
+
+
+def pause(cp: ControlPlane, name: str, paused: bool, wait: float = 15.0) -> Shape:
+    """Pause (or resume) the run's spouts and wait for the run to say so."""
+    verb = "pause" if paused else "resume"
+    _live(cp, name, verb)
+    if not cp.request_pause(name, paused):
+        raise NotLive(f"no live run named {name!r} to {verb}")
+    undo = f"topology {'resume' if paused else 'pause'} {name}"
+    return _wait(cp, name, wait, lambda rec: rec.paused == paused, verb, undo)
+
+
+def rebalance(cp: ControlPlane, name: str, workers: int | None, parallelism: dict[str, int] | None = None,
+              timeout: float | None = None, wait: float = 120.0) -> Shape:
+    """Move the run onto ``workers`` worker processes and wait until it runs there."""
+    if parallelism:
+        raise Refused("rebalance --parallelism is not available in this version: only --workers "
+                      "(a component's tasks keep their ids and state)")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"rebalance needs workers >= 1, got {workers!r}")
+    rec = _live(cp, name, "rebalance")
+    launcher = rec.info.get("launcher")
+    if launcher != "local":
+        raise Refused(f"{name!r} runs on {launcher}: rebalancing a live run is available on local workers "
+                      "(LocalCluster, topology run) in this version; for Spark, drain it and submit again "
+                      "with --workers N (its state carries over)")
+    before = Shape.of(rec)
+    if before.workers == workers:
+        return before
+    if not cp.request_rebalance(name, workers, timeout):
+        raise NotLive(f"{name!r} stopped before the rebalance was asked")
+    undo = f"topology rebalance {name} --workers {before.workers}"
+    return _wait(cp, name, wait, lambda r: (r.status or {}).get("worker_count") == workers and r.state == "running",
+                 f"rebalance to {workers} worker(s)", undo)
