@@ -78,7 +78,7 @@ def run_wordcount(sentences, stateful: bool, url: str) -> dict:
 def commit_latency(url: str, keys: int, rounds: int) -> dict:
     client = redis.Redis.from_url(url)
     reset("bench-commit", url)
-    st = RedisKeyValueState(client, "bench-commit", 1)
+    st = RedisKeyValueState(client, "bench-commit", "count", 0)
     st.get("warm")
     prep, comm = [], []
     for txid in range(rounds):

@@ -35,11 +35,13 @@ class StatefulWordCount(StatefulBolt):
         self.ack(tup)
 
 
-def build(stream: str = STREAM, parallelism: int = 2):
+def build(stream: str = STREAM, parallelism: int = 2, split: int | None = None, count: str = "count"):
+    """``split``: the (stateless) split bolt's parallelism, ``parallelism`` by default; ``count``:
+    the stateful bolt's component id (its state is keyed by it)."""
     b = TopologyBuilder()
     b.set_spout("sentences", RedisStreamSpout(stream, fields=["sentence"], bounded=True), 1)
-    b.set_bolt("split", SplitSentence(), parallelism).shuffle_grouping("sentences")
-    b.set_bolt("count", StatefulWordCount(), parallelism).fields_grouping("split", ["word"])
+    b.set_bolt("split", SplitSentence(), split or parallelism).shuffle_grouping("sentences")
+    b.set_bolt(count, StatefulWordCount(), parallelism).fields_grouping("split", ["word"])
     return b.create_topology()
 
 
@@ -47,14 +49,19 @@ def topology():
     return build()
 
 
-def counts_in_state(url: str, topology_id: str, tasks: list[int]) -> dict[str, int]:
+def counts_in_state(url: str, topology_id: str, component: str = "count", parallelism: int | None = None) -> dict[str, int]:
+    """The committed counts of every task of ``component`` summed; ``parallelism`` as the id's
+    state records it unless given (each task's state is keyed by component and index)."""
     from state import RedisKeyValueState
     from state.connection import connect
+    from state.namespaces import recorded
 
     client = connect(url)
+    if parallelism is None:
+        parallelism = int(recorded(client, topology_id)[component]["parallelism"])
     out: dict[str, int] = {}
-    for t in tasks:
-        for k, v in RedisKeyValueState(client, topology_id, t):
+    for index in range(parallelism):
+        for k, v in RedisKeyValueState(client, topology_id, component, index):
             out[k] = out.get(k, 0) + v
     return out
 
@@ -75,7 +82,7 @@ def main() -> int:
         run = cluster.submit("stateful-wordcount", build(), conf)
         status = run.wait(300)
     print(status.table())
-    counts = counts_in_state(url, "stateful-wordcount", run.plan.component_tasks["count"])
+    counts = counts_in_state(url, "stateful-wordcount", "count")
     print("state in Redis matches the truth" if counts == truth else "MISMATCH")
     return 0 if counts == truth and status.state == "completed" else 1
 

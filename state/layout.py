@@ -1,21 +1,25 @@
 """Where everything of a topology lives in Redis: the one module that spells key names
 (docs/state.md). Nothing else formats a key.
 
-Each task's keys share the Cluster hash tag ``{ID:TASK}``, so its commit is one atomic script
-on one node; the topology's control records share ``{ID:ctl}``.
+A task's state is keyed by its component id and its index within the component (0 ..
+parallelism-1), never by its global task number: other components' parallelism does not move
+it, and a component renamed in new code does not find another's state. Each task's keys share
+the Cluster hash tag ``{ID:COMPONENT/INDEX}`` (COMPONENT encoded by ``encode_component``), so
+its commit is one atomic script on one node; the topology's control records share ``{ID:ctl}``.
 
     topology:runs                  zset   registry of run names (score: registration time)
-    topology:{ID:TASK}:state       hash   committed key -> value (msgpack)
-    topology:{ID:TASK}:prepare     hash   prepared, uncommitted writes (deletes as tombstones)
-    topology:{ID:TASK}:txid        hash   commit -> txid, prepare -> txid
+    topology:{ID:C/I}:state        hash   committed key -> value (msgpack)
+    topology:{ID:C/I}:prepare      hash   prepared, uncommitted writes (deletes as tombstones)
+    topology:{ID:C/I}:txid         hash   commit -> txid, prepare -> txid
     topology:{ID:ctl}:checkpoint   hash   txid, state (COMMITTED | PREPARING | COMMITTING)
-    topology:{ID:ctl}:namespaces   hash   stateful component -> its task ids (JSON)
+    topology:{ID:ctl}:namespaces   hash   stateful component -> JSON {"parallelism": N} (and
+                                          "dropped": true once a run went on without it)
     topology:{ID:ctl}:settings     hash   state setting -> JSON value the id's state is written with
                                           (state/settings.py)
     topology:{ID:ctl}:commits      stream one entry per committed checkpoint / transactional commit, when
                                    the topology announces them (topology.airflow.asset; capped)
     topology:{ID:ctl}:dead-letters hash   spout component -> where its dead letters go (JSON: stream, list)
-    topology:{ID:TASK}:fence, topology:{ID:ctl}:fence
+    topology:{ID:C/I}:fence, topology:{ID:ctl}:fence
                                    string the newest run's fencing token that wrote to this slot
                                           (state/fencing.py)
     topology:{ID:ctl}:run|lease|token|epoch|kill|paused|rebalance|status|history   the run's control records
@@ -43,7 +47,15 @@ import re
 
 REGISTRY = "topology:runs"
 TOPOLOGY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
-_OWN_TAG = re.compile(r"topology:\{(?P<id>[A-Za-z0-9][A-Za-z0-9_.-]{0,127}):(?P<part>[0-9]+|ctl)\}:.*", re.S)
+# PART: "ctl", an encoded "COMPONENT/INDEX", or a bare task number (the earlier layout: only
+# ``topology reset`` still looks at those, to remove them).
+_OWN_TAG = re.compile(
+    r"topology:\{(?P<id>[A-Za-z0-9][A-Za-z0-9_.-]{0,127}):(?P<part>ctl|[0-9]+|[^/{}]+/(?:0|[1-9][0-9]*))\}:.*", re.S)
+_PART = re.compile(r"(?P<component>[^/{}]+)/(?P<index>0|[1-9][0-9]*)")
+# Escaped in a component id inside a key: the escape itself, what would end or confuse the hash
+# tag, the index separator, SCAN glob characters, and blanks / control characters (keys stay one
+# readable line). Everything else, non-ASCII letters included, stays as it is.
+_ESCAPED = frozenset("%{}/*?[]\\")
 
 
 class InvalidTopologyId(ValueError):
@@ -59,8 +71,48 @@ def check_topology_id(topology_id: object, what: str = "topology id") -> str:
     return topology_id
 
 
-def task_key(topology_id: str, task: int | str, name: str) -> str:
-    return f"topology:{{{check_topology_id(topology_id)}:{task}}}:{name}"
+def encode_component(component: str) -> str:
+    """``component`` as it appears in a key: ``%XX`` (its UTF-8 bytes) for ``%``, braces, ``/``,
+    glob characters, blanks and control characters; common ids (``count``, ``split-2``,
+    ``word.count``) unchanged. Injective, so two components never share keys."""
+    out = []
+    for c in component:
+        if c in _ESCAPED or c <= " " or c == "\x7f" or "\ud800" <= c <= "\udfff":
+            out.append("".join(f"%{b:02X}" for b in c.encode("utf-8", "surrogatepass")))
+        else:
+            out.append(c)
+    return "".join(out)
+
+
+def decode_component(encoded: str) -> str:
+    from urllib.parse import unquote
+
+    return unquote(encoded, errors="surrogatepass")
+
+
+def state_part(component: str, index: int) -> str:
+    """``COMPONENT/INDEX``: the task's part of its hash tag (and of its provider namespace)."""
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise ValueError(f"task index must be an integer >= 0, got {index!r}")
+    if not isinstance(component, str) or not component:
+        raise ValueError(f"component id must be a non-empty string, got {component!r}")
+    return f"{encode_component(component)}/{index}"
+
+
+def parse_part(part: str) -> tuple[str, int] | None:
+    """(component, index) of a ``COMPONENT/INDEX`` part; None for ``ctl`` or anything else."""
+    m = _PART.fullmatch(part)
+    return (decode_component(m["component"]), int(m["index"])) if m else None
+
+
+def slot_key(topology_id: str, part: str, name: str) -> str:
+    """A key in the slot ``{ID:PART}`` (PART as ``owner_of`` returns it)."""
+    return f"topology:{{{check_topology_id(topology_id)}:{part}}}:{name}"
+
+
+def state_key(topology_id: str, component: str, index: int, name: str) -> str:
+    """Task ``index`` of ``component``: ``topology:{ID:COMPONENT/INDEX}:NAME`` (state, prepare, txid)."""
+    return slot_key(topology_id, state_part(component, index), name)
 
 
 def ctl_key(topology_id: str, name: str) -> str:
@@ -73,7 +125,8 @@ def settings_key(topology_id: str) -> str:
 
 
 def owner_of(key: str | bytes) -> tuple[str, str] | None:
-    """(topology id, task number or "ctl") of a key in this layout, None for any other key."""
+    """(topology id, part) of a key in this layout, None for any other key. The part is "ctl",
+    ``COMPONENT/INDEX`` (``parse_part``) or a task number of the earlier layout."""
     m = _OWN_TAG.fullmatch(key.decode() if isinstance(key, bytes) else key)
     return (m["id"], m["part"]) if m else None
 

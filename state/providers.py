@@ -10,8 +10,10 @@ for ``memory`` and ``redis`` the Redis keys below (``url`` or Storm's ``host``/`
 ``valueSerializer`` class paths); an unknown key is an error naming it. A custom class may check
 its own config with a ``check_config(config)`` classmethod (called at submit).
 
-A namespace is ``"TOPOLOGY_ID:TASK"``: unique per task across topologies (Storm's is
-``component-task``), and for Redis the hash tag of the task's keys (``topology:{ID:TASK}:...``).
+A namespace is ``"TOPOLOGY_ID:COMPONENT/INDEX"`` (``namespace``; INDEX the task's index within
+its component, COMPONENT encoded as in keys by ``layout.encode_component``): unique per task
+across topologies, unmoved by other components' parallelism, and for Redis the hash tag of the
+task's keys (``topology:{ID:COMPONENT/INDEX}:...``).
 
 Everything here loads redis-py only when a Redis state is made, so the submit-time check stays
 light. This module never imports the runtime (``context`` is the runtime's TopologyContext,
@@ -26,6 +28,8 @@ from collections.abc import Mapping
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
+
+from .layout import parse_part, state_part
 
 if TYPE_CHECKING:
     import redis
@@ -56,16 +60,18 @@ class StateProviderError(ValueError):
     """A state provider or its config is wrong; the message names the key (and class path)."""
 
 
-def namespace(topology_id: str, task: int | str) -> str:
-    """The state namespace of a task of a topology."""
-    return f"{topology_id}:{task}"
+def namespace(topology_id: str, component: str, index: int) -> str:
+    """The state namespace of task ``index`` (0 .. parallelism-1) of ``component``."""
+    return f"{topology_id}:{state_part(component, index)}"
 
 
-def split_namespace(ns: str) -> tuple[str, str]:
-    topology_id, sep, task = ns.rpartition(":")
-    if not sep or not topology_id or not task:
-        raise StateProviderError(f"state namespace {ns!r}: expected 'TOPOLOGY_ID:TASK'")
-    return topology_id, task
+def split_namespace(ns: str) -> tuple[str, str, int]:
+    """(topology id, component, index) of a namespace (a topology id has no ':')."""
+    topology_id, sep, part = ns.partition(":")
+    parsed = parse_part(part) if sep and topology_id else None
+    if parsed is None:
+        raise StateProviderError(f"state namespace {ns!r}: expected 'TOPOLOGY_ID:COMPONENT/INDEX'")
+    return topology_id, *parsed
 
 
 def load_class(spec: Any, key: str) -> type:
@@ -99,7 +105,7 @@ class StateProvider:
     """Storm's StateProvider. Subclassing is optional: any class with ``new_state`` will do."""
 
     def new_state(self, namespace: str, conf: Mapping[str, Any], context: Any) -> KeyValueState:
-        """The state of the task ``namespace`` names (``"TOPOLOGY_ID:TASK"``), as last committed
+        """The state of the task ``namespace`` names (``"TOPOLOGY_ID:COMPONENT/INDEX"``), as last committed
         (with whatever is prepared, until the checkpoint protocol commits or rolls it back)."""
         raise NotImplementedError
 
@@ -124,8 +130,8 @@ class MemoryStateProvider(StateProvider):
 
 class RedisStateProvider(StateProvider):
     """``redis``: RedisKeyValueState in the Redis of ``url`` / Storm's keys, else ``redis.url``.
-    A stateful component's task ids are registered on first use (a restart with another
-    parallelism would not find its state: refused). Subclass it to stay Redis-based (the
+    A stateful component's parallelism is registered on first use (a restart with another
+    would not find its state: refused; the launchers check it before anything starts). Subclass it to stay Redis-based (the
     exactly-once mode needs that) while changing what ``new_state`` builds."""
 
     def __init__(self) -> None:
@@ -155,7 +161,7 @@ class RedisStateProvider(StateProvider):
         from .redis_kv import RedisKeyValueState
         from .replication import Replication
 
-        topology_id, task = split_namespace(namespace)
+        topology_id, component, index = split_namespace(namespace)
         client = self.client(conf)
         if not self._bound:
             self._replication = Replication(int(conf.get("topology.state.redis.min.replicas") or 0),
@@ -163,12 +169,10 @@ class RedisStateProvider(StateProvider):
             token = conf.get("topology.fencing.token")
             self._token = None if token is None else int(token)
         if context is not None:
-            component = context.component_id
-            register_namespaces(client, topology_id, component, context.component_tasks(component))
+            register_namespaces(client, topology_id, component, len(context.component_tasks(component)))
         keys, values = serializers(conf.get(CONFIG_KEY) or {})
         assert self._replication is not None  # set by bind() or just above
-        return RedisKeyValueState(client, topology_id, int(task) if task.isdigit() else task,
-                                  self._replication, self._token, keys, values)
+        return RedisKeyValueState(client, topology_id, component, index, self._replication, self._token, keys, values)
 
     @classmethod
     def check_config(cls, config: Mapping[str, Any]) -> None:

@@ -11,16 +11,26 @@ allows a first run (``allow_unknown``).
 from __future__ import annotations
 
 import difflib
-import json
 from dataclasses import dataclass, field
 from typing import cast
 
 import redis
 
+from . import namespaces
 from .checkpoint import COMMITTED, COMMITTING, PREPARING, CheckPointState, load_checkpoint, save_checkpoint
 from .connection import connect
 from .fencing import guarded, with_fence
-from .layout import REGISTRY, TOPOLOGY_ID, ctl_key, owner_of, settings_key, task_key, task_pattern
+from .layout import (
+    REGISTRY,
+    TOPOLOGY_ID,
+    ctl_key,
+    owner_of,
+    parse_part,
+    settings_key,
+    slot_key,
+    state_part,
+    task_pattern,
+)
 from .redis_kv import COMMIT_SCRIPT, ROLLBACK_SCRIPT
 from .replication import NO_WAIT, Replication, atomic
 from .serializer import TOMBSTONE
@@ -42,13 +52,14 @@ class UnknownTopology(RecoveryRefused):
 
 @dataclass
 class TaskRecovery:
-    task: str
+    task: str  # COMPONENT/INDEX, as in its keys
     component: str | None
     committed_txid: int | None
     prepared_txid: int | None
     prepared_keys: int
     did: str = "nothing"
     committed_after: int | None = None
+    dropped: bool = False  # its component is gone from the code (topology.state.allow.dropped)
 
 
 @dataclass
@@ -67,10 +78,10 @@ class RecoveryReport:
             f"topology {self.topology_id!r}: checkpoint {self.checkpoint_before}; action {self.action} -> "
             f"{self.decision}{' (dry run: nothing changed)' if self.dry_run else ''}"
             f"{'' if self.known else ' (no record of this id in Redis: a first run, nothing to recover)'}",
-            f"{'task':<8} {'component':<16} {'committed':>9} {'prepared':>9} {'keys':>6}  {'did':<34} committed after",
+            f"{'task':<20} {'component':<16} {'committed':>9} {'prepared':>9} {'keys':>6}  {'did':<34} committed after",
         ]
         for t in self.tasks:
-            lines.append(f"{t.task:<8} {t.component or '-':<16} {_fmt(t.committed_txid):>9} "
+            lines.append(f"{t.task:<20} {t.component or '-':<16} {_fmt(t.committed_txid):>9} "
                          f"{_fmt(t.prepared_txid):>9} {t.prepared_keys:>6}  {t.did:<34} {_fmt(t.committed_after)}")
         lines.append(f"checkpoint after: {self.checkpoint_after}")
         return "\n".join(lines)
@@ -80,24 +91,25 @@ def _fmt(v: int | None) -> str:
     return "-" if v is None else str(v)
 
 
-def _tasks(client: redis.Redis, topology_id: str) -> dict[str, str | None]:
-    """task -> component, from the namespace registry, else by scanning the task keys."""
-    registry = client.hgetall(ctl_key(topology_id, "namespaces"))
-    tasks: dict[str, str | None] = {}
-    for comp, raw in registry.items():
-        for t in json.loads(raw):
-            tasks[str(t)] = comp.decode() if isinstance(comp, bytes) else comp
+def _tasks(client: redis.Redis, topology_id: str) -> dict[str, tuple[str, bool]]:
+    """``COMPONENT/INDEX`` -> (component, dropped), from the namespace registry and by scanning
+    the task keys (the earlier layout's numbered tasks are no run's state any more: left out)."""
+    tasks: dict[str, tuple[str, bool]] = {}
+    for comp, entry in namespaces.recorded(client, topology_id).items():
+        for i in range(int(entry["parallelism"])):
+            tasks[state_part(comp, i)] = (comp, bool(entry.get("dropped")))
     for k in client.scan_iter(match=task_pattern(topology_id), count=1000):
         owner = owner_of(k)
-        if owner is not None and owner[0] == topology_id and owner[1] != "ctl":
-            tasks.setdefault(owner[1], None)
-    return dict(sorted(tasks.items(), key=lambda kv: (len(kv[0]), kv[0])))
+        parsed = parse_part(owner[1]) if owner is not None and owner[0] == topology_id else None
+        if parsed is not None and owner is not None:
+            tasks.setdefault(owner[1], (parsed[0], False))
+    return dict(sorted(tasks.items(), key=lambda kv: (kv[1][0], (parse_part(kv[0]) or ("", 0))[1])))
 
 
-def _txids(client: redis.Redis, topology_id: str, task: str) -> tuple[int | None, int | None, int]:
+def _txids(client: redis.Redis, topology_id: str, part: str) -> tuple[int | None, int | None, int]:
     pipe = client.pipeline(transaction=False)
-    pipe.hgetall(task_key(topology_id, task, "txid"))
-    pipe.hlen(task_key(topology_id, task, "prepare"))
+    pipe.hgetall(slot_key(topology_id, part, "txid"))
+    pipe.hlen(slot_key(topology_id, part, "prepare"))
     raw, n = pipe.execute()
     d = {(k.decode() if isinstance(k, bytes) else k): int(v) for k, v in raw.items()}
     return d.get("commit"), d.get("prepare"), int(n)
@@ -167,7 +179,8 @@ def recover_stopped(client: redis.Redis, topology_id: str, action: str = "auto",
     between worker generations): no lease check. With ``replication`` every write waits for
     its replicas (state/replication.py); with ``token`` (the run's) every write is fenced."""
     cp = load_checkpoint(client, topology_id)
-    tasks = [TaskRecovery(t, comp, *_txids(client, topology_id, t)) for t, comp in _tasks(client, topology_id).items()]
+    tasks = [TaskRecovery(t, comp, *_txids(client, topology_id, t), dropped=dropped)
+             for t, (comp, dropped) in _tasks(client, topology_id).items()]
     if action == "auto":
         decision = {PREPARING: "rollback", COMMITTING: "commit"}.get(cp.state, "nothing")
     else:
@@ -176,12 +189,13 @@ def recover_stopped(client: redis.Redis, topology_id: str, action: str = "auto",
     if decision == "commit":
         if cp.state == COMMITTED and action == "commit":
             raise RecoveryRefused(f"checkpoint is {cp}: there is no prepared checkpoint to commit")
-        never = [x.task for x in tasks if x.prepared_txid != t and x.committed_txid != t]
+        # A dropped component's tasks took no part in later checkpoints: they decide nothing.
+        never = [x.task for x in tasks if x.prepared_txid != t and x.committed_txid != t and not x.dropped]
         if never:
             raise RecoveryRefused(f"cannot commit txid {t}: task(s) {', '.join(never)} never prepared it; "
                                   f"committing would leave tasks at different txids (use --action rollback)")
     if decision == "rollback":
-        done = [x.task for x in tasks if x.committed_txid == t and cp.state != COMMITTED]
+        done = [x.task for x in tasks if x.committed_txid == t and cp.state != COMMITTED and not x.dropped]
         if done:
             raise RecoveryRefused(f"cannot roll back txid {t}: task(s) {', '.join(done)} already committed it; "
                                   f"rolling back would leave tasks at different txids (use --action commit)")
@@ -189,7 +203,7 @@ def recover_stopped(client: redis.Redis, topology_id: str, action: str = "auto",
     rollback = client.register_script(ROLLBACK_SCRIPT)
     for x in tasks:
         x.committed_after = x.committed_txid
-        keys, args = with_fence([task_key(topology_id, x.task, n) for n in ("state", "prepare", "txid")], [],
+        keys, args = with_fence([slot_key(topology_id, x.task, n) for n in ("state", "prepare", "txid")], [],
                                 token)
         if decision == "commit" and x.prepared_txid == t:
             x.did = f"commit prepared txid {t} ({x.prepared_keys} keys)"
@@ -231,7 +245,8 @@ def reset(topology_id: str, redis_url: str) -> int:
     client = connect(redis_url)
     if client.exists(ctl_key(topology_id, "lease")):
         raise RecoveryRefused(f"topology {topology_id!r} is live: stop it before resetting its state")
-    # Exactly this topology's keys: the pattern also matches ids that extend it past a ':'.
+    # Exactly this topology's keys (every task's, in this layout or the earlier numbered one):
+    # the pattern also matches ids that extend it past a ':'.
     keys = [k for k in client.scan_iter(match=task_pattern(topology_id), count=1000)
             if (owner_of(k) or ("",))[0] == topology_id]
     # With the state go the settings it was written with: a new start may choose others.

@@ -21,7 +21,7 @@ import redis
 from . import fencing
 from .fencing import FENCE_CHECK, with_fence
 from .keyvalue import KeyValueState, StateError
-from .layout import task_key
+from .layout import state_key
 from .replication import NO_WAIT, Replication, atomic
 from .serializer import TOMBSTONE, Serializer, dumps, loads, serialize_with
 
@@ -60,10 +60,10 @@ _PLAIN = frozenset((str, int, float, bool, bytes, type(None)))  # msgpack-able a
 
 
 class RedisKeyValueState(KeyValueState):
-    def __init__(self, client: redis.Redis, topology_id: str, task: int | str,
+    def __init__(self, client: redis.Redis, topology_id: str, component: str, index: int,
                  replication: Replication = NO_WAIT, token: int | None = None,
                  key_serializer: Serializer | None = None, value_serializer: Serializer | None = None) -> None:
-        """``token``: the run's fencing token (state/fencing.py). The task's slot is claimed for
+        """Task ``index`` (0 .. parallelism-1) of ``component``. ``token``: the run's fencing token (state/fencing.py). The task's slot is claimed for
         it before anything is read, so a stale run's later commits here are refused (Fenced).
         ``key_serializer`` / ``value_serializer``: None is msgpack (with a fast path in ``put``)."""
         self.redis = client
@@ -72,10 +72,10 @@ class RedisKeyValueState(KeyValueState):
         self.replication = replication
         self.token = token
         self.topology_id = topology_id
-        self.task = task
-        self.k_state = task_key(topology_id, task, "state")
-        self.k_prepare = task_key(topology_id, task, "prepare")
-        self.k_txid = task_key(topology_id, task, "txid")
+        self.component, self.index = component, index
+        self.k_state = state_key(topology_id, component, index, "state")
+        self.k_prepare = state_key(topology_id, component, index, "prepare")
+        self.k_txid = state_key(topology_id, component, index, "txid")
         self._commit = client.register_script(COMMIT_SCRIPT)
         self._rollback = client.register_script(ROLLBACK_SCRIPT)
         fencing.claim(client, self.k_txid, token)
@@ -152,7 +152,7 @@ class RedisKeyValueState(KeyValueState):
     # --- the protocol ------------------------------------------------------------------------
     def prepare_commit(self, txid: int) -> None:
         if txid <= self.committed_txid:
-            raise StateError(f"task {self.task}: prepare_commit({txid}) but txid {self.committed_txid} is committed")
+            raise StateError(f"{self.component}[{self.index}]: prepare_commit({txid}) but txid {self.committed_txid} is committed")
         data = {self._dump_key(k): (TOMBSTONE if v is _DELETED else self._dump_value(k, v))
                 for k, v in self._pending.items()}
         commands: list[tuple[Any, ...]] = (
@@ -168,7 +168,7 @@ class RedisKeyValueState(KeyValueState):
 
     def commit(self, txid: int) -> None:
         if self.prepared_txid != txid and self.committed_txid != txid:
-            raise StateError(f"task {self.task}: commit({txid}) but the prepared txid is {self.prepared_txid}")
+            raise StateError(f"{self.component}[{self.index}]: commit({txid}) but the prepared txid is {self.prepared_txid}")
         keys, args = with_fence([self.k_state, self.k_prepare, self.k_txid], [txid, TOMBSTONE], self.token)
         if self.replication:
             fencing.guarded(self.k_txid, atomic, self.redis, self.k_txid,

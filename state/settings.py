@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from .layout import settings_key
 from .providers import CONFIG_KEY, MEMORY, PROVIDER_KEY, SERIALIZER_KEYS, STORM_NAMES, is_redis_based, redis_url_of
+from .refusal import StateSettingsChanged
 
 if TYPE_CHECKING:
     import redis
@@ -30,16 +31,6 @@ THE_RUNS_REDIS = "the run's Redis (redis.url)"
 # Settings in the order a refusal names them: the provider first (the common mistake).
 ORDER = (PROVIDER_KEY, EXACTLY_ONCE_KEY, REDIS_SETTING,
          *(f"{CONFIG_KEY}.{k}" for k in SERIALIZER_KEYS))
-
-
-class StateSettingsChanged(RuntimeError):
-    """A run's state settings differ from those its id's committed state was written with;
-    nothing was started. The message names each setting, both values and how to go on."""
-
-    def __init__(self, topology_id: str, differences: list[tuple[str, Any, Any]], message: str) -> None:
-        super().__init__(message)
-        self.topology_id = topology_id
-        self.differences = differences  # (setting, written with, given)
 
 
 def state_settings(conf: Mapping[str, Any]) -> dict[str, Any]:

@@ -92,8 +92,8 @@ def test_recovery_dag_rolls_back_a_planted_prepared_checkpoint(airflow_db, redis
 
     monkeypatch.setenv("TOPOLOGY_REDIS_URL", redis_url)
     client = redis.Redis.from_url(redis_url)
-    for task in (1, 2):
-        s = RedisKeyValueState(client, "crashed", task)
+    for task in (0, 1):
+        s = RedisKeyValueState(client, "crashed", "count", task)
         s.put("count", 10)
         s.prepare_commit(3)
         s.commit(3)
@@ -105,10 +105,10 @@ def test_recovery_dag_rolls_back_a_planted_prepared_checkpoint(airflow_db, redis
     assert dag.params.get_param("action").schema["enum"] == ["auto", "rollback", "commit"]
     dry = dag.test(run_conf={"topology_id": "crashed", "action": "auto", "dry_run": True})
     assert dry.state == "success"
-    assert RedisKeyValueState(client, "crashed", 1).prepared_txid == 4  # dry run: untouched
+    assert RedisKeyValueState(client, "crashed", "count", 0).prepared_txid == 4  # dry run: untouched
     run = dag.test(run_conf={"topology_id": "crashed", "action": "auto", "dry_run": False})
     assert run.state == "success"
-    assert [RedisKeyValueState(client, "crashed", t).get("count") for t in (1, 2)] == [10, 10]
+    assert [RedisKeyValueState(client, "crashed", "count", t).get("count") for t in (0, 1)] == [10, 10]
     assert load_checkpoint(client, "crashed") == CheckPointState(3, COMMITTED)
     assert not client.keys("topology:{crashed:*}:prepare")
 
@@ -121,16 +121,16 @@ def test_recovery_dag_refuses_a_forced_commit_that_splits_txids(airflow_db, redi
 
     monkeypatch.setenv("TOPOLOGY_REDIS_URL", redis_url)
     client = redis.Redis.from_url(redis_url)
-    s = RedisKeyValueState(client, "split", 1)
+    s = RedisKeyValueState(client, "split", "count", 0)
     s.put("x", 1)
     s.prepare_commit(0)
-    RedisKeyValueState(client, "split", 2).put("x", 1)  # task 2 never prepared txid 0
-    client.hset("topology:{split:2}:txid", "commit", -1)
+    RedisKeyValueState(client, "split", "count", 1).put("x", 1)  # task 1 never prepared txid 0
+    client.hset("topology:{split:count/1}:txid", "commit", -1)
     save_checkpoint(client, "split", CheckPointState(0, PREPARING))
     dag = DagBag(dag_folder=str(ROOT / "dags")).get_dag("topology_recovery")
     run = dag.test(run_conf={"topology_id": "split", "action": "commit", "dry_run": False})
     assert run.state == "failed"
-    assert RedisKeyValueState(client, "split", 1).prepared_txid == 0  # nothing changed
+    assert RedisKeyValueState(client, "split", "count", 0).prepared_txid == 0  # nothing changed
 
 
 def test_recovery_of_an_unknown_id_fails_naming_known_ids(airflow_db, redis_url, monkeypatch, capfd):

@@ -52,8 +52,8 @@ def test_recovery_dag_through_the_rest_api_commits_a_half_committed_checkpoint(a
     from state.checkpoint import COMMITTED, COMMITTING, CheckPointState, load_checkpoint, save_checkpoint
 
     client = redis.Redis.from_url(redis_url)
-    for task in (1, 2):
-        s = RedisKeyValueState(client, "e2e-crashed", task)
+    for task in (1, 2):  # indexes task - 1 of component "count"
+        s = RedisKeyValueState(client, "e2e-crashed", "count", task - 1)
         s.put("count", 10)
         s.prepare_commit(3)
         s.commit(3)
@@ -62,7 +62,7 @@ def test_recovery_dag_through_the_rest_api_commits_a_half_committed_checkpoint(a
         if task == 2:
             s.commit(4)
     save_checkpoint(client, "e2e-crashed", CheckPointState(4, COMMITTING))
-    assert RedisKeyValueState(client, "e2e-crashed", 1).prepared_txid == 4
+    assert RedisKeyValueState(client, "e2e-crashed", "count", 0).prepared_txid == 4
 
     live = airflow_live
     run_id = live.trigger("topology_recovery", {"topology_id": "e2e-crashed", "action": "auto", "dry_run": False})
@@ -71,8 +71,8 @@ def test_recovery_dag_through_the_rest_api_commits_a_half_committed_checkpoint(a
     log = live.task_log("topology_recovery", run_id, "recover")
     assert "checkpoint COMMITTING(4); action auto -> commit" in log, log[-3000:]
     # As decided: the prepared txid 4 committed on task 1, nothing prepared is left, record COMMITTED(4).
-    assert [RedisKeyValueState(client, "e2e-crashed", t).get("count") for t in (1, 2)] == [41, 42]
-    assert RedisKeyValueState(client, "e2e-crashed", 1).prepared_txid is None
+    assert [RedisKeyValueState(client, "e2e-crashed", "count", t).get("count") for t in (0, 1)] == [41, 42]
+    assert RedisKeyValueState(client, "e2e-crashed", "count", 0).prepared_txid is None
     assert not client.keys("topology:{e2e-crashed:*}:prepare")
     assert load_checkpoint(client, "e2e-crashed") == CheckPointState(4, COMMITTED)
 

@@ -83,7 +83,7 @@ def _plant_known_ids(redis_url: str) -> redis.Redis:
     control.finish("alpha", token, RunStatus("alpha", "completed"))
     client = redis.Redis.from_url(redis_url)
     save_checkpoint(client, "beta", CheckPointState(3, PREPARING))
-    s = RedisKeyValueState(client, "gamma", 1)
+    s = RedisKeyValueState(client, "gamma", "count", 0)
     s.put("n", 1)
     s.prepare_commit(0)
     return client

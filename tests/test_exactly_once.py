@@ -33,7 +33,7 @@ def _run(redis_url, name, n, kill=None, env=None, monkeypatch=None, tmp_path=Non
             os.kill(run.pids[kill], signal.SIGKILL)
         status = run.wait(240)
     assert status.state == "completed", status.error
-    counts = counts_in_state(redis_url, name, run.plan.component_tasks["count"])
+    counts = counts_in_state(redis_url, name, "count")
     return status, counts, truth
 
 
@@ -70,7 +70,7 @@ def test_a_failed_tuple_rolls_everything_back_instead_of_replaying_it(redis_url)
         status = run.wait(120)
     assert status.state == "completed", status.error
     assert client.get("test:failed-once") == "1" and status.restarts >= 1
-    assert counts_in_state(redis_url, "eo-fail", run.plan.component_tasks["count"]) == truth
+    assert counts_in_state(redis_url, "eo-fail", "count") == truth
 
 
 def test_non_replayable_spout_is_rejected_at_submit(redis_url):

@@ -46,7 +46,7 @@ def test_exactly_once_counts_stay_exact_across_two_rebalances_and_a_kill(redis_u
         status = run.wait(240)
     assert status.state == "completed", status.error
     assert status.workers == 1 and run.plan.workers == 1
-    counts = counts_in_state(redis_url, name, run.plan.component_tasks["count"])
+    counts = counts_in_state(redis_url, name, "count")
     assert counts == truth  # ==: nothing lost, nothing counted twice
 
 

@@ -23,7 +23,7 @@ from examples.wordcount import load_sentences, true_counts
 from state import RedisKeyValueState, recover, reset
 from state.checkpoint import COMMITTED, COMMITTING, PREPARING, CheckPointState, load_checkpoint, save_checkpoint
 from state.connection import connect, connect_async
-from state.layout import REGISTRY, ctl_key, task_key
+from state.layout import REGISTRY, ctl_key, state_key
 from state.namespaces import register_namespaces
 from state.replication import NotReplicated, Replication, atomic
 from state.transactional import TransactionalState, current_key
@@ -52,18 +52,18 @@ def _waits(port: int) -> int:
 # --- Cluster: one hash slot per transaction ------------------------------------------------------
 def test_state_records_on_a_cluster(cluster_url):
     client = connect(cluster_url)
-    keys = [task_key("kv", t, "state") for t in range(6)]
+    keys = [state_key("kv", "count", t, "state") for t in range(6)]
     assert len(_nodes(client, keys)) >= 2  # a topology's task state spreads over the masters
-    register_namespaces(client, "kv", "count", list(range(6)))
+    register_namespaces(client, "kv", "count", 6)
     for t in range(6):
-        st = RedisKeyValueState(client, "kv", t)
+        st = RedisKeyValueState(client, "kv", "count", t)
         st.put("w", t)
         st.prepare_commit(1)
         st.commit(1)
         st.put("w", 100)
         st.prepare_commit(2)
         st.rollback()
-    assert [dict(RedisKeyValueState(client, "kv", t)) for t in range(6)] == [{"w": t} for t in range(6)]
+    assert [dict(RedisKeyValueState(client, "kv", "count", t)) for t in range(6)] == [{"w": t} for t in range(6)]
     for k in keys:  # atomic() goes to the master of the key's slot (no MOVED)
         assert atomic(client, k, [("HSET", k, "x", 1), ("HDEL", k, "x")], Replication(0)) == [1, 1]
 
@@ -121,29 +121,29 @@ def test_control_plane_and_cli_on_a_cluster(cluster_url, capsys):
 
 def test_recovery_on_a_cluster(cluster_url, capsys):
     client = connect(cluster_url)
-    tasks = list(range(1, 7))
-    register_namespaces(client, "rc", "count", tasks)
+    tasks = list(range(1, 7))  # the values; indexes t - 1
+    register_namespaces(client, "rc", "count", len(tasks))
     for t in tasks:
-        st = RedisKeyValueState(client, "rc", t)
+        st = RedisKeyValueState(client, "rc", "count", t - 1)
         st.put("n", t)
         st.prepare_commit(1)
         st.commit(1)
         st.put("n", 10 * t)
         st.prepare_commit(2)
-    RedisKeyValueState(client, "rc", 1).commit(2)  # one task committed 2 before the crash
+    RedisKeyValueState(client, "rc", "count", 0).commit(2)  # one task committed 2 before the crash
     save_checkpoint(client, "rc", CheckPointState(2, COMMITTING))
     report = recover("rc", cluster_url)
     assert report.decision == "commit" and report.checkpoint_after == "COMMITTED(2)"
-    assert [dict(RedisKeyValueState(client, "rc", t)) for t in tasks] == [{"n": 10 * t} for t in tasks]
+    assert [dict(RedisKeyValueState(client, "rc", "count", t - 1)) for t in tasks] == [{"n": 10 * t} for t in tasks]
     for t in tasks:  # a new PREPARING checkpoint, then a crash: rolled back everywhere
-        st = RedisKeyValueState(client, "rc", t)
+        st = RedisKeyValueState(client, "rc", "count", t - 1)
         st.put("n", -1)
         st.prepare_commit(3)
     save_checkpoint(client, "rc", CheckPointState(3, PREPARING))
     assert cli(["recover", "rc", "--redis", cluster_url]) == 0
     assert "checkpoint after: COMMITTED(2)" in capsys.readouterr().out
     assert load_checkpoint(client, "rc") == CheckPointState(2, COMMITTED)
-    assert [dict(RedisKeyValueState(client, "rc", t)) for t in tasks] == [{"n": 10 * t} for t in tasks]
+    assert [dict(RedisKeyValueState(client, "rc", "count", t - 1)) for t in tasks] == [{"n": 10 * t} for t in tasks]
     assert reset("rc", cluster_url) == 2 * len(tasks) + 2  # state and txid of each task, on every master
     assert list(client.scan_iter(match="topology:{rc:*")) == []
 
@@ -183,7 +183,7 @@ def test_commits_wait_for_a_replica(redis_sentinel, sentinel_url):
     client = connect(sentinel_url)
     master, replica = redis_sentinel.master(), redis.Redis(port=redis_sentinel.replica_port)
     before = _waits(master)
-    st = RedisKeyValueState(client, "w", 1, Replication(1))
+    st = RedisKeyValueState(client, "w", "count", 0, Replication(1))
     st.put("a", 1)
     st.prepare_commit(1)
     st.commit(1)
@@ -196,7 +196,7 @@ def test_commits_wait_for_a_replica(redis_sentinel, sentinel_url):
     assert tx.commit_opaque(2, lambda *a: pytest.fail("decided again"))
     assert _waits(master) - before >= 7
     # acknowledged means on the replica
-    assert replica.hget(task_key("w", 1, "txid"), "commit") == b"1" and replica.get(current_key("wtx")) == b"3"
+    assert replica.hget(state_key("w", "count", 0, "txid"), "commit") == b"1" and replica.get(current_key("wtx")) == b"3"
     with pytest.raises(redis.ResponseError, match="boom"):  # an error inside EXEC is raised ...
         atomic(client, "k", [("SET", "k", 1), ("EVAL", "return redis.error_reply('boom')", 0)], Replication(1))
     assert atomic(client, "k", [("INCR", "k")], Replication(1)) == [2]  # ... and the connection stays usable
@@ -206,7 +206,7 @@ def test_commits_wait_for_a_replica(redis_sentinel, sentinel_url):
     os.kill(proc.pid, signal.SIGSTOP)  # the replica stops acknowledging
     try:
         short = Replication(1, 300)
-        st = RedisKeyValueState(client, "w", 1, short)
+        st = RedisKeyValueState(client, "w", "count", 0, short)
         st.put("a", 2)
         t0 = time.monotonic()
         with pytest.raises(NotReplicated):
@@ -227,7 +227,7 @@ def _eo_run(url, name, n, conf=None, during=None):
             during(run)
         status = run.wait(240)
     assert status.state == "completed", status.error
-    assert counts_in_state(url, name, run.plan.component_tasks["count"]) == truth
+    assert counts_in_state(url, name, "count") == truth
     return status
 
 

@@ -23,15 +23,15 @@ from state.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from state.layout import ctl_key, task_key
+from state.layout import ctl_key, state_key
 
 
 @pytest.fixture(params=["memory", "redis"])
 def make_state(request, redis_url):
     client = redis.Redis.from_url(redis_url)
 
-    def make(task: int = 1):
-        return InMemoryKeyValueState() if request.param == "memory" else RedisKeyValueState(client, "topo", task)
+    def make(index: int = 0):
+        return InMemoryKeyValueState() if request.param == "memory" else RedisKeyValueState(client, "topo", "c", index)
 
     return make
 
@@ -90,7 +90,7 @@ def test_commit_without_matching_prepare_is_an_error(make_state):
 
 def test_redis_reads_from_the_view_and_one_round_trip_per_prepare_and_commit(redis_url):
     client = redis.Redis.from_url(redis_url)
-    seed = RedisKeyValueState(client, "topo", 3)
+    seed = RedisKeyValueState(client, "topo", "c", 3)
     for i in range(100):
         seed.put(f"k{i}", i)
     seed.prepare_commit(0)
@@ -100,7 +100,7 @@ def test_redis_reads_from_the_view_and_one_round_trip_per_prepare_and_commit(red
         stats = client.info("commandstats")
         return {k: v["calls"] for k, v in stats.items()}
 
-    s = RedisKeyValueState(client, "topo", 3)
+    s = RedisKeyValueState(client, "topo", "c", 3)
     before = calls()
     total = sum(s.get(f"k{i}") for i in range(100))  # loads the view once
     for i in range(100):
@@ -118,12 +118,12 @@ def test_redis_reads_from_the_view_and_one_round_trip_per_prepare_and_commit(red
     after_commit = calls()
     evals = sum(after_commit.get(k, 0) - after_prepare.get(k, 0) for k in ("cmdstat_evalsha", "cmdstat_eval"))
     assert evals == 1
-    assert RedisKeyValueState(client, "topo", 3).get("k99") == 100
+    assert RedisKeyValueState(client, "topo", "c", 3).get("k99") == 100
 
 
 def test_redis_layout_and_prepared_data_survive_a_crash(redis_url):
     client = redis.Redis.from_url(redis_url)
-    s = RedisKeyValueState(client, "wc", 4)
+    s = RedisKeyValueState(client, "wc", "count", 4)
     s.put("x", 1)
     s.prepare_commit(0)
     s.commit(0)
@@ -131,20 +131,21 @@ def test_redis_layout_and_prepared_data_survive_a_crash(redis_url):
     s.delete("gone")
     s.prepare_commit(1)
     # The process dies here. A new instance (a restarted task) sees the prepared txid and data.
-    assert client.exists(task_key("wc", 4, "prepare"))
-    assert client.hget(task_key("wc", 4, "txid"), "prepare") == b"1"
-    s2 = RedisKeyValueState(client, "wc", 4)
+    assert client.exists(state_key("wc", "count", 4, "prepare"))
+    assert client.hget(state_key("wc", "count", 4, "txid"), "prepare") == b"1"
+    s2 = RedisKeyValueState(client, "wc", "count", 4)
     assert s2.prepared_txid == 1 and s2.committed_txid == 0 and s2.get("x") == 2
     s2.commit(1)  # recovery decided to roll forward
-    assert RedisKeyValueState(client, "wc", 4).get("x") == 2
-    assert not client.exists(task_key("wc", 4, "prepare"))
-    # The same hash tag for all of a task's keys: one Cluster slot, so the commit script is legal there.
-    assert {k.decode().split("}")[0] for k in client.keys("topology:{wc:4}*")} == {"topology:{wc:4"}
+    assert RedisKeyValueState(client, "wc", "count", 4).get("x") == 2
+    assert not client.exists(state_key("wc", "count", 4, "prepare"))
+    # The same hash tag for all of a task's keys, its component and index: one Cluster slot, so
+    # the commit script is legal there.
+    assert {k.decode().split("}")[0] for k in client.keys("topology:{wc:count/4}*")} == {"topology:{wc:count/4"}
 
 
 def _prepared_topology(client, t: int, prepared_tasks, committed_tasks=()):
-    for task in (1, 2, 3):
-        s = RedisKeyValueState(client, "rec", task)
+    for task in (1, 2, 3):  # indexes 0, 1, 2 of component "count"
+        s = RedisKeyValueState(client, "rec", "count", task - 1)
         s.put("v", f"task{task}-t{t - 1}")
         s.prepare_commit(t - 1)
         s.commit(t - 1)
@@ -156,7 +157,7 @@ def _prepared_topology(client, t: int, prepared_tasks, committed_tasks=()):
 
 
 def _values(client):
-    return [RedisKeyValueState(client, "rec", task).get("v") for task in (1, 2, 3)]
+    return [RedisKeyValueState(client, "rec", "count", index).get("v") for index in range(3)]
 
 
 def test_recover_preparing_rolls_back(redis_url):
@@ -164,11 +165,11 @@ def test_recover_preparing_rolls_back(redis_url):
     _prepared_topology(client, 5, prepared_tasks=(1, 2))
     save_checkpoint(client, "rec", CheckPointState(5, PREPARING))
     dry = recover("rec", redis_url, dry_run=True)
-    assert dry.decision == "rollback" and client.exists(task_key("rec", 1, "prepare"))
+    assert dry.decision == "rollback" and client.exists(state_key("rec", "count", 0, "prepare"))
     report = recover("rec", redis_url)
     assert report.decision == "rollback" and report.checkpoint_after == "COMMITTED(4)"
     assert _values(client) == ["task1-t4", "task2-t4", "task3-t4"]
-    assert not any(client.exists(task_key("rec", t, "prepare")) for t in (1, 2, 3))
+    assert not any(client.exists(state_key("rec", "count", i, "prepare")) for i in range(3))
     assert load_checkpoint(client, "rec") == CheckPointState(4, COMMITTED)
     assert "roll back prepared txid 5" in report.text()
 
@@ -196,15 +197,15 @@ def test_forced_actions_that_split_txids_are_refused(redis_url):
     client = redis.Redis.from_url(redis_url)
     _prepared_topology(client, 5, prepared_tasks=(1, 2))
     save_checkpoint(client, "rec", CheckPointState(5, PREPARING))
-    with pytest.raises(RecoveryRefused, match="task\\(s\\) 3 never prepared it"):
+    with pytest.raises(RecoveryRefused, match="task\\(s\\) count/2 never prepared it"):
         recover("rec", redis_url, action="commit")
     client.flushall()
     _prepared_topology(client, 5, prepared_tasks=(2, 3), committed_tasks=(1,))
     save_checkpoint(client, "rec", CheckPointState(5, COMMITTING))
-    with pytest.raises(RecoveryRefused, match="task\\(s\\) 1 already committed it"):
+    with pytest.raises(RecoveryRefused, match="task\\(s\\) count/0 already committed it"):
         recover("rec", redis_url, action="rollback")
     assert _values(client) == ["task1-t5", "task2-t5", "task3-t5"]  # refused: nothing changed
-    assert client.exists(task_key("rec", 2, "prepare"))
+    assert client.exists(state_key("rec", "count", 1, "prepare"))
 
 
 def test_recover_and_reset_refuse_while_live_and_reset_deletes(redis_url):

@@ -106,11 +106,11 @@ def test_storm_connection_keys_make_the_connection(redis_url, redis_client):
     # Against the real server: host and port from the fixture's URL, the state lands there.
     real = redis.Redis.from_url(redis_url).connection_pool.connection_kwargs
     conf = resolve_config(_conf(config={"jedisPoolConfig": {"host": real["host"], "port": real["port"]}}))
-    st = RedisStateProvider().new_state(namespace("storm-keys", 0), conf, None)
+    st = RedisStateProvider().new_state(namespace("storm-keys", "count", 0), conf, None)
     st.put("k", 1)
     st.prepare_commit(0)
     st.commit(0)
-    assert redis_client.hlen("topology:{storm-keys:0}:state") == 1
+    assert redis_client.hlen("topology:{storm-keys:count/0}:state") == 1
     # A custom provider's config is its own: it never names the run's Redis.
     assert state_redis_url(_conf(SQLITE, {"path": "/x", "url": "redis://not-redis:1/0"},
                                  **{"redis.url": redis_url})) == redis_url
@@ -127,30 +127,30 @@ def test_serializers_round_trip_and_refuse_what_they_cannot_carry(redis_url):
             raw = ser.serialize(v)
             assert isinstance(raw, bytes) and ser.deserialize(raw) == v
     assert StringSerializer().serialize("word") == b"word" and JsonSerializer().serialize(3) == b"3"
-    s = RedisStateProvider().new_state(namespace("ser", 0), _conf(config={"url": redis_url, **STRINGS}), None)
+    s = RedisStateProvider().new_state(namespace("ser", "count", 0), _conf(config={"url": redis_url, **STRINGS}), None)
     with pytest.raises(StateSerializationError, match=r"key 'n'.*StringSerializer"):
         s.put("n", 3)
 
 
 def test_string_serialized_state_is_plain_strings_for_hgetall(redis_url, redis_client):
     conf = resolve_config(_conf(config={"url": redis_url, **STRINGS}))
-    st = RedisStateProvider().new_state(namespace("plain", 0), conf, None)
+    st = RedisStateProvider().new_state(namespace("plain", "count", 0), conf, None)
     st.put("hello", "world")
     st.put("café", "crème")
     st.prepare_commit(0)
     st.commit(0)
     # What redis-cli's HGETALL shows: the strings themselves, no msgpack framing.
-    assert redis_client.hgetall("topology:{plain:0}:state") == {b"hello": b"world", "café".encode(): "crème".encode()}
-    again = RedisStateProvider().new_state(namespace("plain", 0), conf, None)
+    assert redis_client.hgetall("topology:{plain:count/0}:state") == {b"hello": b"world", "café".encode(): "crème".encode()}
+    again = RedisStateProvider().new_state(namespace("plain", "count", 0), conf, None)
     assert dict(again) == {"hello": "world", "café": "crème"}
     # Strings for words, JSON for counts: a word count any tool can read.
     conf = resolve_config(_conf(config={"url": redis_url, "keySerializer": "state.serializer:StringSerializer",
                                         "valueSerializer": "state.serializer:JsonSerializer"}))
-    st = RedisStateProvider().new_state(namespace("plain", 1), conf, None)
+    st = RedisStateProvider().new_state(namespace("plain", "count", 1), conf, None)
     st.put("the", 12)
     st.prepare_commit(0)
     st.commit(0)
-    assert redis.Redis.from_url(redis_url, decode_responses=True).hgetall("topology:{plain:1}:state") == {"the": "12"}
+    assert redis.Redis.from_url(redis_url, decode_responses=True).hgetall("topology:{plain:count/1}:state") == {"the": "12"}
 
 
 def test_sqlite_provider_keeps_storms_contract(tmp_path):
@@ -200,7 +200,7 @@ def test_custom_provider_wordcount_survives_worker_sigkills(redis_url, redis_cli
     with LocalCluster(workers=2) as cluster:
         run = cluster.submit("sqlite-wc", slow_stateful_wordcount(), conf)
         cp_task = run.plan.component_tasks["$checkpointspout"][0]
-        cp_ns = namespace("sqlite-wc", cp_task)
+        cp_ns = namespace("sqlite-wc", "$checkpointspout", 0)
 
         def record_txid() -> int:
             return sqlite_state.committed(db, "sqlite-wc").get(cp_ns, {}).get("__state", [0, -1, ""])[1]
@@ -216,8 +216,8 @@ def test_custom_provider_wordcount_survives_worker_sigkills(redis_url, redis_cli
     assert not status.errors, status.errors  # e.g. a checkpoint record that went back: its txids refused
     state = sqlite_state.committed(db, "sqlite-wc")
     counts: dict[str, int] = {}
-    for task in run.plan.component_tasks["count"]:
-        for w, n in state.get(namespace("sqlite-wc", task), {}).items():
+    for index in range(len(run.plan.component_tasks["count"])):
+        for w, n in state.get(namespace("sqlite-wc", "count", index), {}).items():
             counts[w] = counts.get(w, 0) + n
     short = {w: (counts.get(w, 0), n) for w, n in truth.items() if counts.get(w, 0) < n}
     assert not short, f"under-counted: {list(short.items())[:5]}"

@@ -8,8 +8,8 @@ from runtime_components import NumberSpout
 
 from examples.stateful_wordcount import StatefulWordCount, build, counts_in_state
 from examples.wordcount import SplitSentence, load_sentences, true_counts
+from state.namespaces import StateComponentsChanged
 from topology_runtime import ConfigError, LocalCluster, TopologyBuilder
-from topology_runtime.launchers.local import TopologyFailed
 
 
 def test_stateful_wordcount_commits_exact_counts(redis_url):
@@ -22,7 +22,7 @@ def test_stateful_wordcount_commits_exact_counts(redis_url):
         status = run.wait(120)
     assert status.state == "completed", status.error
     assert status.components["sentences"].acked == 3000
-    assert counts_in_state(redis_url, "swc", run.plan.component_tasks["count"]) == truth
+    assert counts_in_state(redis_url, "swc", "count") == truth
     # Committed and nothing left prepared; the checkpoint record says COMMITTED.
     assert client.keys("topology:{swc:*}:prepare") == []
     cp = client.hgetall("topology:{swc:ctl}:checkpoint")
@@ -40,10 +40,11 @@ def test_rerun_resumes_state_and_parallelism_change_is_refused(redis_url):
         run = cluster.submit("resume", build(), conf)
         run.wait(120)
     both = {w: truth.get(w, 0) + truth2.get(w, 0) for w in set(truth) | set(truth2)}
-    assert counts_in_state(redis_url, "resume", run.plan.component_tasks["count"]) == both
-    with LocalCluster(workers=2) as cluster, pytest.raises(TopologyFailed) as e:
+    assert counts_in_state(redis_url, "resume", "count") == both
+    # Refused before any worker starts (the launcher checks the components the state was written with).
+    with LocalCluster(workers=2) as cluster, pytest.raises(StateComponentsChanged) as e:
         cluster.run("resume", build(parallelism=3), conf, timeout=60)
-    assert "parallelism 2" in e.value.status.error and "topology reset resume" in e.value.status.error
+    assert "'count'" in str(e.value) and "parallelism 2" in str(e.value) and "topology reset resume" in str(e.value)
 
 
 def test_checkpoint_interval_must_be_below_message_timeout():

@@ -7,7 +7,7 @@ import pytest
 import redis
 
 from state import reset
-from state.layout import InvalidTopologyId, check_topology_id, ctl_key, owner_of, task_key
+from state.layout import InvalidTopologyId, check_topology_id, ctl_key, owner_of, state_key
 from topology_runtime import LocalCluster, Spout, TopologyBuilder
 from topology_runtime.control.control_plane import ControlPlane
 
@@ -28,7 +28,9 @@ def test_invalid_ids_are_refused_naming_the_id(bad):
 
 
 def test_owner_of_reads_exactly_the_layout():
-    assert owner_of(task_key("acct", 3, "state")) == ("acct", "3")
+    assert owner_of(state_key("acct", "count", 3, "state")) == ("acct", "count/3")
+    assert owner_of(state_key("acct", "a/b:c}", 0, "state")) == ("acct", "a%2Fb:c%7D/0")
+    assert owner_of("topology:{acct:3}:state") == ("acct", "3")  # the earlier layout: reset still finds it
     assert owner_of(ctl_key("acct.1", "lease")) == ("acct.1", "ctl")
     assert owner_of("topology:{acct:1:ctl}:lease") is None  # a legacy id with ':': not acct's
     assert owner_of("other:{acct:1}:state") is None
@@ -38,15 +40,16 @@ def test_reset_deletes_exactly_that_topologys_keys(redis_url):
     r = redis.Redis.from_url(redis_url, decode_responses=True)
     ids = ["acct", "acct.1", "acct-1", "acct_x", "acctx", "bk"]
     for tid in ids:
-        r.hset(task_key(tid, 1, "state"), "k", "v")
+        r.hset(state_key(tid, "count", 0, "state"), "k", "v")
         r.hset(ctl_key(tid, "checkpoint"), mapping={"txid": 1, "state": "COMMITTED"})
     r.set(ctl_key("bk", "lease"), 1)  # bk is live
     r.set("topology:{acct:1:ctl}:lease", 1)  # a live run named 'acct:1' from before ids were checked
     r.hset("topology:{acct:1:2}:state", "k", "v")
+    r.hset("topology:{acct:4}:state", "k", "v")  # a task of the earlier, numbered layout
     before = set(r.keys("*"))
-    assert reset("acct", redis_url) == 2
+    assert reset("acct", redis_url) == 3
     gone = before - set(r.keys("*"))
-    assert gone == {task_key("acct", 1, "state"), ctl_key("acct", "checkpoint")}
+    assert gone == {state_key("acct", "count", 0, "state"), "topology:{acct:4}:state", ctl_key("acct", "checkpoint")}
     with pytest.raises(InvalidTopologyId):
         reset("bk\\", redis_url)
     assert r.exists(ctl_key("bk", "lease"))

@@ -54,6 +54,9 @@ DEFAULTS: dict[str, Any] = {
     "topology.restart.backoff.multiplier": 2.0,
     "topology.restart.backoff.reset.secs": 60.0,
     "topology.state.exactly.once": False,
+    # A run may go on without stateful components the id's state has (removed or renamed in new
+    # code): their state is kept, untouched; false: such a run is refused before it starts.
+    "topology.state.allow.dropped": False,
     # A state commit in Redis (checkpoint record, task state, transactional txid and batch
     # metadata) counts only once this many replicas acknowledged it (WAIT, at most
     # wait.timeout.ms); None or 0: no wait. docs/redis.md.
@@ -226,7 +229,8 @@ def resolve_config(conf: Mapping[str, Any] | None, workers: int | None = None,
     out[k] = _positive_number(k, out[k], integer=True)
     k = "topology.transactional.max.attempts"
     out[k] = _positive_number(k, out[k], allow_none=True, integer=True, zero=True) or None
-    for k in ("topology.enable.message.timeouts", "topology.debug", "topology.state.exactly.once"):
+    for k in ("topology.enable.message.timeouts", "topology.debug", "topology.state.exactly.once",
+              "topology.state.allow.dropped"):
         out[k] = _bool(k, out[k])
     for k in ("topology.tick.tuple.freq.secs", "topology.transactional.progress.secs"):
         out[k] = _positive_number(k, out[k], allow_none=True)

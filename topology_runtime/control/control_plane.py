@@ -29,8 +29,9 @@ from typing import Any
 
 import redis
 
-from state import fencing
+from state import fencing, namespaces
 from state import settings as state_settings
+from state.namespaces import StateComponents
 from state.connection import connect
 from state.layout import REGISTRY, check_topology_id, ctl_key, fence_key, owner_of
 
@@ -184,12 +185,13 @@ class ControlPlane:
 
     # --- writer side (the live run) ---------------------------------------------------------------
     def register(self, topology_id: str, launcher: str, workers: int,
-                 state: tuple[dict[str, Any], bool] | None = None, **info: Any) -> int:
+                 state: tuple[dict[str, Any], bool, StateComponents] | None = None, **info: Any) -> int:
         """Take the run's lease (fencing token) or raise RunAlreadyLive naming the live run.
 
-        ``state``: (the run's state settings, whether it writes state); StateSettingsChanged
-        (nothing written, the lease given back) if the id's committed state was written with
-        other settings; else they are recorded with the run record when none are yet."""
+        ``state``: (the run's state settings, whether it writes state, its stateful components);
+        StateSettingsChanged (nothing written, the lease given back) if the id's committed state
+        was written with other settings, or other components (StateComponentsChanged); else they
+        are recorded with the run record when none are yet."""
         check_topology_id(topology_id)
         r = self.redis
         token = int(self._register(keys=[ctl_key(topology_id, "lease"), ctl_key(topology_id, "token"),
@@ -207,6 +209,9 @@ class ControlPlane:
             try:
                 if state_settings.check(r, topology_id, state[0]) is None and state[1]:
                     record = state_settings.record_commands(topology_id, state[0])
+                components = namespaces.check(r, topology_id, state[2])
+                if state[1]:
+                    record += components
             except BaseException:
                 self.release(topology_id, token)
                 raise
@@ -229,10 +234,14 @@ class ControlPlane:
         r.zadd(REGISTRY, {topology_id: time.time()})
         return token
 
-    def check_state_settings(self, topology_id: str, settings: dict[str, Any]) -> None:
+    def check_state_settings(self, topology_id: str, settings: dict[str, Any],
+                             components: StateComponents | None = None) -> None:
         """A launcher's pre-flight, before anything starts: StateSettingsChanged if the id's
-        committed state was written with other settings (``register`` checks again, under the lease)."""
+        committed state was written with other settings or (StateComponentsChanged) other
+        stateful components (``register`` checks again, under the lease)."""
         state_settings.check(self.redis, check_topology_id(topology_id), settings)
+        if components is not None:
+            namespaces.check(self.redis, topology_id, components)
 
     def renew(self, topology_id: str, token: int) -> None:
         """Extend the lease; take it again if it is gone and nobody else took it (LeaseLost if

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from state.layout import check_topology_id
+from state.namespaces import ALLOW_DROPPED_KEY, StateComponents
 from state.settings import state_settings, writes_state
 
 from ..api.builder import Topology, TopologyError
@@ -67,10 +68,12 @@ def load_topology(ref: Any) -> Topology:
     return obj
 
 
-def state_of(plan: Plan) -> tuple[dict[str, Any], bool]:
-    """(the run's state settings, whether it writes state that outlives it): what the control
-    plane checks against the settings the id's committed state was written with."""
-    return state_settings(plan.conf), writes_state(plan.conf, plan.stateful)
+def state_of(plan: Plan) -> tuple[dict[str, Any], bool, StateComponents]:
+    """(the run's state settings, whether it writes state that outlives it, its stateful
+    components): what the control plane checks against the settings and components the id's
+    committed state was written with."""
+    components = StateComponents(plan.state_components(), bool(plan.conf.get(ALLOW_DROPPED_KEY)))
+    return state_settings(plan.conf), writes_state(plan.conf, plan.stateful), components
 
 
 def check_state_without_control(name: str, plan: Plan) -> None:
@@ -81,13 +84,15 @@ def check_state_without_control(name: str, plan: Plan) -> None:
         return
     import redis
 
+    from state import namespaces
     from state.connection import connect
     from state.settings import check_and_record
 
-    settings, writes = state_of(plan)
+    settings, writes, components = state_of(plan)
     client = connect(str(url))
     try:
         check_and_record(client, name, settings, writes)
+        namespaces.check_and_record(client, name, components, writes)
     except redis.ConnectionError:
         if writes:
             raise

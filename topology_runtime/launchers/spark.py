@@ -191,10 +191,13 @@ def preflight(control: ControlPlane, name: str, topology: Topology, conf: Mappin
               workers: int) -> Plan:
     """What a Spark submit checks before spark-submit starts: the conf (the topology's own
     under ``conf``, as the driver resolves it) and the plan, then that the id's committed state
-    was written with this run's state settings (StateSettingsChanged names each that differs;
-    the driver checks again when it takes the lease). Returns the plan."""
+    was written with this run's state settings and stateful components (StateSettingsChanged
+    names each setting that differs, its StateComponentsChanged each component whose
+    parallelism changed or that is missing; the driver checks again when it takes the lease).
+    Returns the plan."""
     plan = build_plan(topology, resolve_config(layered(topology.conf, conf), workers=workers))
-    control.check_state_settings(name, state_of(plan)[0])
+    settings, _, components = state_of(plan)
+    control.check_state_settings(name, settings, components)
     return plan
 
 

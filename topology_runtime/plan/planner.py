@@ -53,6 +53,13 @@ class Plan:
     def task_index(self, task: int) -> int:
         return self.component_tasks[self.task_component[task]].index(task)
 
+    def state_components(self) -> dict[str, int]:
+        """Component id -> parallelism of the components that keep state by task: stateful
+        bolts, and in exactly-once mode the spouts (their committed positions). A task's state
+        is keyed by its component and index (``task_index``), never by its task number."""
+        return {cid: len(self.component_tasks[cid]) for cid, spec in self.topology.components.items()
+                if isinstance(spec.template, StatefulBolt) or (self.exactly_once and spec.is_spout)}
+
     def describe(self) -> str:
         lines = [f"{self.workers} worker(s), {len(self.task_component)} task(s)"]
         for w in range(self.workers):

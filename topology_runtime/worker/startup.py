@@ -108,7 +108,7 @@ def bolt_state(w: Worker, ex, component: str, task: int):
 
 def restore_spout(w: Worker, ex, task: int) -> None:
     try:
-        st, snap = w.task_state.spout_position(task)
+        st, snap = w.task_state.spout_position(ex.component, task)
         if snap is not None:
             ex.instance.restore(snap)
             ex.log.info("restored to the committed position %r", snap)

@@ -1,7 +1,8 @@
 """Where a worker's tasks get their state: a stateful bolt's ``KeyValueState`` from the
 configured provider (``topology.state.provider``: memory, redis or "package.module:Class", see
 state/providers.py), an exactly-once spout's committed position, and the checkpoint spout's
-record."""
+record. Each is keyed by the task's component id and its index within the component (built
+once per task), so other components' parallelism never moves it."""
 
 from __future__ import annotations
 
@@ -50,22 +51,27 @@ class TaskStateProvider:
             self._provider = provider
         return self._provider
 
+    def _index(self, component: str, task: int) -> int:
+        return sorted(self.component_tasks[component]).index(task)
+
     def _context(self, component: str, task: int) -> TopologyContext:
-        tasks = self.component_tasks[component]
-        return TopologyContext(task, component, sorted(tasks).index(task), self.component_tasks, self.topology_id)
+        return TopologyContext(task, component, self._index(component, task), self.component_tasks, self.topology_id)
 
     def bolt_state(self, component: str, task: int):
-        """A stateful bolt task's state, from the provider (the Redis one registers its
-        component's namespaces: a restart with another parallelism would not find its state)."""
+        """A stateful bolt task's state, from the provider, in the namespace of its component
+        and index (the Redis provider registers the component's parallelism: a restart with
+        another would not find its state)."""
         from state.providers import namespace
 
-        return self.provider().new_state(namespace(self.topology_id, task), self.conf, self._context(component, task))
+        ns = namespace(self.topology_id, component, self._index(component, task))
+        return self.provider().new_state(ns, self.conf, self._context(component, task))
 
-    def spout_position(self, task: int):
+    def spout_position(self, component: str, task: int):
         """Exactly-once: where a spout task's committed snapshot lives, and the snapshot (or None)."""
         from state import RedisKeyValueState
 
-        st = RedisKeyValueState(self.redis(), self.topology_id, task, self.replication(), self.token)
+        st = RedisKeyValueState(self.redis(), self.topology_id, component, self._index(component, task),
+                                self.replication(), self.token)
         return st, st.get("__snapshot")
 
     def checkpoint_spout(self) -> CheckpointSpout:
@@ -95,6 +101,6 @@ class TaskStateProvider:
             return CheckpointSpout(lambda: box[0], lambda cp: box.__setitem__(0, cp), interval)
         # A custom provider keeps the record in a state of its own, as Storm's CheckpointSpout.
         task = self.component_tasks[CHECKPOINT_SPOUT][0]
-        record = CheckpointRecord(provider.new_state(namespace(self.topology_id, task), self.conf,
+        record = CheckpointRecord(provider.new_state(namespace(self.topology_id, CHECKPOINT_SPOUT, 0), self.conf,
                                                      self._context(CHECKPOINT_SPOUT, task)))
         return CheckpointSpout(record.load, record.save, interval)
