@@ -135,3 +135,28 @@ def test_a_dropped_or_renamed_stateful_component(redis_url):
     assert any(":count/" in k for k in keys) and any(":tally/" in k for k in keys)
     assert reset(name, redis_url) > 0
     assert client.keys(f"topology:{{{name}:*") == [] and recorded(client, name) == {}
+
+
+def test_recovery_leaves_a_dropped_components_txids_out_of_its_decision(redis_url):
+    from state import RedisKeyValueState, recover
+    from state.checkpoint import COMMITTED, COMMITTING, CheckPointState, load_checkpoint, save_checkpoint
+    from state.namespaces import StateComponents, check
+
+    client = redis.Redis.from_url(redis_url)
+    for component in ("count", "old"):
+        s = RedisKeyValueState(client, "sc-rec", component, 0)
+        s.put("n", 1)
+        s.prepare_commit(3)
+        s.commit(3)
+    for command in check(client, "sc-rec", StateComponents({"count": 1, "old": 1})):
+        client.execute_command(*command)
+    for command in check(client, "sc-rec", StateComponents({"count": 1}, allow_dropped=True)):
+        client.execute_command(*command)  # "old" dropped: it takes no part in later checkpoints
+    s = RedisKeyValueState(client, "sc-rec", "count", 0)
+    s.put("n", 2)
+    s.prepare_commit(4)
+    save_checkpoint(client, "sc-rec", CheckPointState(4, COMMITTING))
+    report = recover("sc-rec", redis_url, action="commit")
+    assert report.decision == "commit" and load_checkpoint(client, "sc-rec") == CheckPointState(4, COMMITTED)
+    assert {t.task: (t.dropped, t.committed_after) for t in report.tasks} == {"count/0": (False, 4), "old/0": (True, 3)}
+    assert RedisKeyValueState(client, "sc-rec", "old", 0).get("n") == 1  # untouched
