@@ -78,16 +78,29 @@ def test_rebalance_dag_rebalances_pauses_and_resumes_a_live_run(airflow_db, redi
         RebalanceTopologyOperator(task_id="rb", topology_id="af-rb", workers=2, redis_url=redis_url).execute({})
 
 
-def test_rebalance_operator_refuses_a_spark_run_naming_what_to_do(airflow_db, redis_url):
+def test_a_rebalance_the_driver_refuses_fails_the_task_naming_why(airflow_db, redis_url):
+    """The driver's refusal (a Spark cluster without the slots: tests/test_rebalance.py has the
+    real one) reaches the task at once; here a thread answers as the driver's reporter does."""
+    import threading
+
     from airflow.sdk.exceptions import AirflowFailException
     from topology_airflow import RebalanceTopologyOperator
 
     cp = ControlPlane(redis_url)
     token = cp.register("af-spark", "spark", 2)  # a live run record of a Spark driver
     cp.publish("af-spark", token, RunStatus("af-spark", "running", workers=2), {})
+
+    def driver() -> None:
+        assert wait_for(lambda: cp.take_rebalance_request("af-spark") is not None, 10)
+        cp.refuse_rebalance("af-spark", "the cluster offers 3 task slot(s): a barrier stage of 4 worker(s) could "
+                                        "not start (at most 3)")
+
+    t = threading.Thread(target=driver)
+    t.start()
     op = RebalanceTopologyOperator(task_id="rebalance", topology_id="af-spark", workers=4, redis_url=redis_url)
-    with pytest.raises(AirflowFailException, match=r"runs on spark: .*drain it and submit again with --workers N"):
+    with pytest.raises(AirflowFailException, match=r"'af-spark': the cluster offers 3 task slot\(s\)"):
         op.execute({})
+    t.join()
     bad = RebalanceTopologyOperator(task_id="rebalance", topology_id="af-spark", workers="four", redis_url=redis_url)
     with pytest.raises(AirflowFailException, match="workers must be an integer, got 'four'"):
         bad.execute({})

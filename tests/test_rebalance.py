@@ -14,7 +14,7 @@ from spark_topologies import exactly_once_wordcount, wordcount
 
 from examples.stateful_wordcount import counts_in_state
 from examples.wordcount import COUNTS, load_sentences, true_counts
-from topology_runtime import LocalCluster, TopologyError
+from topology_runtime import LocalCluster, SparkCluster, TopologyError
 from topology_runtime.api.exit_codes import ExitCode
 from topology_runtime.cli.main import main as cli
 from topology_runtime.testing import wait_for
@@ -77,3 +77,26 @@ def test_what_rebalance_refuses(redis_url, capsys):
                 run.rebalance(workers=0)
         finally:
             run.kill()
+
+
+@pytest.mark.spark
+def test_on_spark_the_barrier_stage_is_relaunched_with_the_new_number(redis_url, tmp_path, capsys):
+    """Spark local[3]: 4 workers are refused before anything changes (the cluster has 3 slots);
+    2 -> 3 relaunches the barrier stage with 3 tasks; exactly-once counts stay exact."""
+    truth = true_counts(load_sentences(redis.Redis.from_url(redis_url, decode_responses=True), 12000))
+    name = "rb-spark"
+    with SparkCluster("local[3]", workers=2, redis_url=redis_url, log_dir=str(tmp_path), progress_interval=1) as c:
+        run = c.submit(name, "tests.spark_topologies:exactly_once_wordcount", {"redis.url": redis_url, **EO})
+        assert wait_for(lambda: (run.status().components.get("split") or 0) and
+                        run.status().components["split"].executed > 200, 120), run.log()[-3000:]
+        assert cli(["rebalance", name, "--workers", "4", "--redis", redis_url]) == ExitCode.REFUSED
+        assert "the cluster offers 3 task slot(s)" in capsys.readouterr().err
+        assert run.status().workers == 2 and run.status().state == "running"  # nothing changed
+        assert cli(["rebalance", name, "--workers", "3", "--redis", redis_url]) == ExitCode.COMPLETED
+        assert f"{name}: running on 3 worker(s)" in capsys.readouterr().out
+        status = run.wait(300)
+    assert status.state == "completed", (status.error, run.log()[-3000:])
+    assert status.workers == 3
+    assert "launching 3 worker(s) as a barrier stage" in run.log()
+    counts = counts_in_state(redis_url, name, "count")
+    assert counts == truth

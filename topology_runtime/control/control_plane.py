@@ -13,6 +13,7 @@ run names, ``topology:runs``, is written on its own (docs/redis.md).
     topology:{ID:ctl}:kill         string "kill" | "drain": a request to the live run
     topology:{ID:ctl}:paused       string "1" | "0": pause or resume asked of the live run (topology pause/resume)
     topology:{ID:ctl}:rebalance    string JSON {workers, timeout}: a rebalance asked of the live run (taken once)
+    topology:{ID:ctl}:rebalance-refused   string why the run's driver refused the last rebalance asked
     topology:{ID:ctl}:status       string JSON RunStatus + workers (heartbeats), refreshed every few seconds
     topology:{ID:ctl}:history      list   JSON samples {t, emitted, acked, failed, p50, p99}, one per publish,
                                           trimmed to the last HISTORY_SAMPLES (the UI's throughput chart)
@@ -31,9 +32,9 @@ import redis
 
 from state import fencing, namespaces
 from state import settings as state_settings
-from state.namespaces import StateComponents
 from state.connection import connect
 from state.layout import REGISTRY, check_topology_id, ctl_key, fence_key, owner_of
+from state.namespaces import StateComponents
 
 from ..api.status import FINAL_STATES, RUNNING, ComponentStats, RunStatus
 
@@ -299,9 +300,18 @@ class ControlPlane:
         """Ask the live run to go on with ``workers`` workers; False if no run of that id is live."""
         if not self.redis.exists(ctl_key(topology_id, "lease")):
             return False
-        self.redis.set(ctl_key(topology_id, "rebalance"), json.dumps({"workers": workers, "timeout": timeout}),
-                       ex=3600)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.delete(ctl_key(topology_id, "rebalance-refused"))
+        pipe.set(ctl_key(topology_id, "rebalance"), json.dumps({"workers": workers, "timeout": timeout}), ex=3600)
+        pipe.execute()
         return True
+
+    def refuse_rebalance(self, topology_id: str, reason: str) -> None:
+        """The driver's answer to a rebalance it will not carry out (nothing changed)."""
+        self.redis.set(ctl_key(topology_id, "rebalance-refused"), reason, ex=3600)
+
+    def rebalance_refusal(self, topology_id: str) -> str | None:
+        return self.redis.get(ctl_key(topology_id, "rebalance-refused"))
 
     def pause_request(self, topology_id: str) -> bool | None:
         """The paused state asked for by ``topology pause/resume``, None when nothing was asked."""

@@ -82,16 +82,17 @@ def rebalance(cp: ControlPlane, name: str, workers: int | None, parallelism: dic
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"rebalance needs workers >= 1, got {workers!r}")
     rec = _live(cp, name, "rebalance")
-    launcher = rec.info.get("launcher")
-    if launcher != "local":
-        raise Refused(f"{name!r} runs on {launcher}: rebalancing a live run is available on local workers "
-                      "(LocalCluster, topology run) in this version; for Spark, drain it and submit again "
-                      "with --workers N (its state carries over)")
     before = Shape.of(rec)
     if before.workers == workers:
         return before
     if not cp.request_rebalance(name, workers, timeout):
         raise NotLive(f"{name!r} stopped before the rebalance was asked")
     undo = f"topology rebalance {name} --workers {before.workers}"
-    return _wait(cp, name, wait, lambda r: (r.status or {}).get("worker_count") == workers and r.state == "running",
-                 f"rebalance to {workers} worker(s)", undo)
+
+    def done(r: RunRecord) -> bool:
+        refused = cp.rebalance_refusal(name)
+        if refused is not None:  # the driver said no before changing anything
+            raise Refused(f"{name!r}: {refused}")
+        return (r.status or {}).get("worker_count") == workers and r.state == "running"
+
+    return _wait(cp, name, wait, done, f"rebalance to {workers} worker(s)", undo)

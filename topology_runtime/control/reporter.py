@@ -78,14 +78,16 @@ def summary(status: RunStatus) -> str:
 class RunReporter:
     def __init__(self, sup: RunSupervisor, control: ControlPlane | None = None, token: int | None = None,
                  progress_interval: float | None = None, out: TextIO | None = None,
-                 info: Callable[[], dict] | None = None, can_rebalance: bool = False) -> None:
+                 info: Callable[[], dict] | None = None,
+                 rebalancer: Callable[[int, float | None], str | None] | None = None) -> None:
         self.sup = sup
         self.control = control
         self.token = token
         self.progress_interval = progress_interval
         self.out = out or sys.stdout
         self.info = info
-        self.can_rebalance = can_rebalance  # the launcher can restart its workers in another number
+        # The launcher's rebalance: (workers, drain timeout) -> None when under way, else why not.
+        self.rebalancer = rebalancer
         now = time.monotonic()
         self._next_kill = now
         self._next_publish = now
@@ -131,14 +133,18 @@ class RunReporter:
             print(line, file=self.out, flush=True)
 
     def _rebalance(self, req: dict) -> None:
-        if not self.can_rebalance:
-            log.warning("run %s: a rebalance was requested, but this launcher cannot rebalance a live run "
-                        "in this version; nothing changed", self.sup.name)
-            return
-        try:
-            self.sup.request_rebalance(req.get("workers"), req.get("timeout"))  # type: ignore[arg-type]
-        except ValueError as e:
-            log.warning("run %s: %s; nothing changed", self.sup.name, e)
+        if self.rebalancer is None:
+            refused: str | None = "this launcher cannot rebalance a live run"
+        else:
+            try:
+                refused = self.rebalancer(req.get("workers"), req.get("timeout"))  # type: ignore[arg-type]
+            except ValueError as e:
+                refused = str(e)
+        if refused is not None:
+            log.warning("run %s: rebalance to %s worker(s) refused: %s; nothing changed", self.sup.name,
+                        req.get("workers"), refused)
+            assert self.control is not None
+            self.control.refuse_rebalance(self.sup.name, refused)
 
     def _fenced_off(self, e: LeaseLost) -> None:
         """A newer run of this id owns the records: write nothing more, end this run."""

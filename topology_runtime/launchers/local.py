@@ -145,7 +145,8 @@ class LocalRun:
         self.token = token
         from ..control.reporter import RunReporter
 
-        self.reporter = RunReporter(self.supervisor, self.control, token, progress_interval, can_rebalance=True)
+        self.reporter = RunReporter(self.supervisor, self.control, token, progress_interval,
+                                    rebalancer=self._rebalance_request)
         self.procs: dict[int, multiprocessing.Process] = {}
         self.incarnations: dict[int, int] = {}
         for i in range(self.plan.workers):
@@ -167,6 +168,10 @@ class LocalRun:
         self.supervisor.restart_all_done()
         for i in list(self.procs):
             self._start(i, self.incarnations[i] + 1)
+
+    def _rebalance_request(self, workers: int, timeout: float | None) -> str | None:
+        self.supervisor.request_rebalance(workers, timeout)  # ValueError: a bad worker count
+        return None
 
     def _rebalance(self, workers: int) -> None:
         """Stop every worker, then start ``workers`` of them with the same tasks (replan)."""

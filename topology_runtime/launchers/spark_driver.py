@@ -233,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     sup = RunSupervisor(args.name, plan, host=host, restart_all_on_failure=True, token=token)
     log.info("supervisor at %s", sup.control.address)
     # 0 turns progress lines off; the summary at the end is always printed.
-    reporter = RunReporter(sup, control, token, progress_interval=args.progress_interval or 1e9)
+    reporter = RunReporter(sup, control, token, progress_interval=args.progress_interval or 1e9,
+                           rebalancer=lambda workers, timeout: placement.rebalance_request(workers, timeout))
     stop_monitor = threading.Event()
 
     def monitor() -> None:
@@ -245,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
                 sup.request_kill(drain=drain_on_term)
             reporter.tick()
             placement.watch()  # fewer workers than asked for: grow back when the slots return
+            placement.rebalance_tick()
             _startup_failed(sup)  # open()/prepare() raised on a worker: no relaunch can fix it
             if sup.done.is_set():
                 sc.cancelAllJobs()  # workers that ignored "stop" (hung user code) must not hold the driver

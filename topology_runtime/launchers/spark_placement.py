@@ -31,11 +31,37 @@ class Placement:
         self.desired = plan.workers
         self.backoff = RestartBackoff.from_conf(plan.conf)
         self._growing = False
+        self._rebalancing = False
         self._next_check = 0.0
+
+    def rebalance_request(self, workers: int, timeout: float | None) -> str | None:
+        """A rebalance asked of the run: refused (nothing changed) when the cluster cannot give
+        ``workers`` task slots at once; else the spouts pause and drain (``rebalance_tick``)."""
+        found = failures.slots(self.sc)
+        if workers > found:
+            return (f"the cluster offers {found} task slot(s): a barrier stage of {workers} worker(s) could not "
+                    f"start (at most {found})")
+        self.sup.request_rebalance(workers, timeout)
+        return None
+
+    def rebalance_tick(self) -> None:
+        """From the supervisor loop: once drained, end the stage; ``relaunch`` starts the new one."""
+        target = self.sup.rebalance_due(time.monotonic())
+        if target is not None and not self._rebalancing:
+            log.info("rebalance: relaunching the barrier stage with %d worker(s)", target)
+            self.desired = target
+            self._rebalancing = True
+            self.sup.request_relaunch()
 
     def relaunch(self, reason: str) -> bool:
         """The stage ended without the run ending. True: launch ``self.plan`` again (re-planned
         onto the slots there are); False: the run is over (failed, killed, or given up)."""
+        if self._rebalancing:  # stopped for a rebalance: the same tasks on the new number, no failure
+            self._rebalancing = False
+            found = failures.wait_for_slots(self.sc, self.desired, SLOT_WAIT_SECS, settle=2.0)
+            self.plan = replan(self.plan, max(1, min(self.desired, found)))
+            self.sup.rebalance_done(self.plan)
+            return not self.sup.done.is_set()
         if self._growing:  # we stopped it ourselves to grow back: no failure, no wait
             self._growing = False
             delay: float | None = 0.0
@@ -74,7 +100,7 @@ class Placement:
     def watch(self) -> None:
         """From the supervisor loop: a run smaller than asked for grows back once the cluster
         offers the slots again (one relaunch: workers stop, the stage ends, ``relaunch``)."""
-        if self.plan.workers >= self.desired or self._growing or self.sup.state != RUNNING:
+        if self.plan.workers >= self.desired or self._growing or self._rebalancing or self.sup.state != RUNNING:
             return
         now = time.monotonic()
         if now < self._next_check:

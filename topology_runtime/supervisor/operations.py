@@ -30,6 +30,7 @@ class DayTwoOperations:
     running_since: float | None
     slots: dict[int, WorkerSlot]
     _stop_reason: str | None
+    restart_all_requested: bool
     _probe_seq: int
 
     if TYPE_CHECKING:
@@ -72,6 +73,7 @@ class DayTwoOperations:
         """Every worker is down: the run goes on with ``plan`` (same tasks, new placement)."""
         self.replan(plan)
         with self.lock:
+            self.restart_all_requested = False  # a Spark launcher ended the stage through request_relaunch
             r, self.rebalance = self.rebalance, None
             self.paused = bool(r and r.was_paused)
             self.state = STARTING
