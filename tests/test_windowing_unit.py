@@ -450,10 +450,10 @@ def test_drain_separates_evaluated_from_never_evaluated(lis):
 # --- the supervisor's explanations of windows that wait -----------------------------------------
 
 
-def _reply(idle=True, held=None, at_cap=None):
+def _reply(held=None, at_cap=None, counters=(0, 0, 0, 0)):
     from topology_runtime.transport.messages import ProbeReply
 
-    return ProbeReply(0, 0, 1, idle=idle, finished=False, input_done=False, pending=5, counters=[0, 0, 0, 0],
+    return ProbeReply(0, 0, 1, idle=True, finished=False, input_done=False, pending=5, counters=list(counters),
                       held=held or {}, at_cap=at_cap or {})
 
 
@@ -467,9 +467,12 @@ def test_stall_check_reports_a_capped_spout_once_and_hints_at_finish_input():
     is_error, component, text = c.update(capped, WINDOW_STALL_SECS)
     assert is_error and component == "src" and "src (1000 pending)" in text and "win (1000 tuple(s))" in text
     assert c.update(capped, WINDOW_STALL_SECS + 1) is None  # once
-    assert c.update([_reply(idle=False, held={"win": 3})], 100.0) is None  # busy: nothing to say
-    quiet = [_reply(held={"win": 3})]
-    assert c.update(quiet, 200.0) is None
-    is_error, component, text = c.update(quiet, 200.0 + WINDOW_QUIET_SECS)
+    # Something moved (another execute): the clock starts again.
+    moving = [_reply(held={"win": 3}, counters=(0, 0, 1, 0))]
+    assert c.update(moving, 100.0) is None
+    assert c.update(moving, 100.0 + WINDOW_QUIET_SECS - 1) is None
+    assert c.update([_reply(held={"win": 3}, counters=(0, 0, 2, 0))], 100.0 + WINDOW_QUIET_SECS) is None
+    quiet = [_reply(held={"win": 3}, counters=(0, 0, 2, 0))]
+    is_error, component, text = c.update(quiet, 100.0 + 2 * WINDOW_QUIET_SECS)
     assert not is_error and component == "win" and "finish_input()" in text
     assert c.update(quiet, 500.0) is None

@@ -52,30 +52,32 @@ class WindowStallCheck:
     """Two ways windows can wait for ever, each explained once (``update`` returns
     ``(is_error, component, text)``):
 
-    * spouts capped by ``topology.max.spout.pending`` while every worker is idle and windows hold
-      tuples: nothing can move until the message timeout fails the windows' tuples (an error of
-      the run, after WINDOW_STALL_SECS);
-    * every worker idle, windows holding tuples and no spout saying its input is done, for
+    * spouts capped by ``topology.max.spout.pending`` while windows hold tuples and nothing moves:
+      nothing can until the message timeout fails the windows' tuples (an error of the run, after
+      WINDOW_STALL_SECS);
+    * windows holding tuples, no spout saying its input is done and nothing moving, for
       WINDOW_QUIET_SECS: fine for an unbounded stream that went quiet, a hang for a bounded run
-      whose spout waits for its acks before finish() (a hint for the log)."""
+      whose spout waits for its acks before finish() (a hint for the log).
+
+    "Nothing moves" is the probes' counters (batches, executes, emits) standing still: tick
+    tuples, which windows keep getting, count for none of them."""
 
     def __init__(self) -> None:
-        self.capped_since: float | None = None
-        self.quiet_since: float | None = None
+        self.vector: list | None = None
+        self.since = 0.0
         self.reported: set[bool] = set()
 
     def update(self, replies: list[ProbeReply], now: float) -> tuple[bool, str, str] | None:
         held = windows_held(replies)
-        if not (held and all(r.idle for r in replies)):
-            self.capped_since = self.quiet_since = None
+        vector = [(r.inc, *r.counters) for r in replies]
+        if not held or vector != self.vector:
+            self.vector, self.since = (vector if held else None), now
             return None
         capped = {c: cap for r in replies for c, cap in r.at_cap.items()}
         holding = ", ".join(f"{c} ({n} tuple(s))" for c, n in sorted(held.items()))
+        still = now - self.since
         if capped:
-            self.quiet_since = None
-            if self.capped_since is None:
-                self.capped_since = now
-            if True in self.reported or now - self.capped_since < WINDOW_STALL_SECS:
+            if True in self.reported or still < WINDOW_STALL_SECS:
                 return None
             self.reported.add(True)
             return True, min(capped), (
@@ -84,10 +86,7 @@ class WindowStallCheck:
                 f"bolt(s) hold {holding}: a window acks its tuples only when they leave it, so nothing can "
                 "move. Raise topology.max.spout.pending above the tuples a window holds (window length + "
                 "sliding interval + lag), or use StatefulWindowedBolt (it acks at each checkpoint)")
-        self.capped_since = None
-        if self.quiet_since is None:
-            self.quiet_since = now
-        if False in self.reported or now - self.quiet_since < WINDOW_QUIET_SECS:
+        if False in self.reported or still < WINDOW_QUIET_SECS:
             return None
         self.reported.add(False)
         return False, min(held), (
