@@ -26,6 +26,10 @@ its commit is one atomic script on one node; the topology's control records shar
                                           (topology_runtime/control/control_plane.py)
     topology:{TX:ctl}:tx:NAME      the transactional coordinator's records, TX the transactional
                                    id (state/transactional.py)
+    topology:{ID:C/I}:sp:SP:state  hash   savepoint SP's copy of the task's committed state (same slot)
+    topology:{ID:ctl}:sp:SP:tx:NAME       savepoint SP's copy of a transactional record of the id
+    topology:{ID:ctl}:savepoints   hash   savepoint name -> JSON manifest (state/savepoints.py)
+    topology:{ID:ctl}:savepoint-request|savepoint-failed   a savepoint asked of the live run / why not
     drpc:{FUNCTION}:requests       stream a DRPC function's requests (topology_runtime/drpc)
     drpc:{FUNCTION}:reply:RID      list   one request's reply, with a TTL
 
@@ -197,3 +201,26 @@ def dead_letter_replayed(stream: str) -> str:
     """The zset of dead letters already put back into ``stream``, in ``stream``'s slot: the
     XADD and its marker are one script on a Redis Cluster too."""
     return same_slot(stream, ":dead-replayed")
+
+
+SAVEPOINT_PREFIX = "sp:"
+
+
+def savepoint_key(topology_id: str, part: str, savepoint: str, name: str) -> str:
+    """Savepoint ``savepoint``'s copy of the key ``name`` of slot ``{ID:PART}``, in that same slot
+    (one COPY per key on a Redis Cluster): ``topology:{ID:PART}:sp:SAVEPOINT:NAME``."""
+    return slot_key(topology_id, part, f"{SAVEPOINT_PREFIX}{check_topology_id(savepoint, 'savepoint name')}:{name}")
+
+
+def savepoints_key(topology_id: str) -> str:
+    """``topology:{ID:ctl}:savepoints``: savepoint name -> JSON manifest."""
+    return ctl_key(topology_id, "savepoints")
+
+
+def is_savepoint_key(key: str | bytes) -> bool:
+    """Whether ``key`` is a savepoint's copy or the manifests (``topology reset`` keeps those)."""
+    k = key.decode() if isinstance(key, bytes) else key
+    if hash_tag(k) is None:
+        return False
+    rest = k[k.find("}") + 1:]
+    return rest.startswith(":" + SAVEPOINT_PREFIX) or (rest == ":savepoints" and k.endswith(":ctl}:savepoints"))

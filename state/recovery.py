@@ -24,6 +24,7 @@ from .layout import (
     REGISTRY,
     TOPOLOGY_ID,
     ctl_key,
+    is_savepoint_key,
     owner_of,
     parse_part,
     settings_key,
@@ -99,7 +100,7 @@ def _tasks(client: redis.Redis, topology_id: str) -> dict[str, tuple[str, bool]]
         for i in range(int(entry["parallelism"])):
             tasks[state_part(comp, i)] = (comp, bool(entry.get("dropped")))
     for k in client.scan_iter(match=task_pattern(topology_id), count=1000):
-        owner = owner_of(k)
+        owner = None if is_savepoint_key(k) else owner_of(k)  # a savepoint's copy is no task's state
         parsed = parse_part(owner[1]) if owner is not None and owner[0] == topology_id else None
         if parsed is not None and owner is not None:
             tasks.setdefault(owner[1], (parsed[0], False))
@@ -247,8 +248,9 @@ def reset(topology_id: str, redis_url: str) -> int:
         raise RecoveryRefused(f"topology {topology_id!r} is live: stop it before resetting its state")
     # Exactly this topology's keys (every task's, in this layout or the earlier numbered one):
     # the pattern also matches ids that extend it past a ':'.
+    # Savepoints stay (`topology savepoint-delete` removes one): they are what a reset goes back to.
     keys = [k for k in client.scan_iter(match=task_pattern(topology_id), count=1000)
-            if (owner_of(k) or ("",))[0] == topology_id]
+            if (owner_of(k) or ("",))[0] == topology_id and not is_savepoint_key(k)]
     # With the state go the settings it was written with: a new start may choose others.
     keys += [ctl_key(topology_id, n) for n in ("checkpoint", "namespaces")] + [settings_key(topology_id)]
     n = 0

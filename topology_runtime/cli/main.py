@@ -17,6 +17,8 @@ from ..control.control_plane import RunAlreadyLive
 from .dead_letters import add_parser as add_dead_letters_parser
 from .operate import add_parsers as add_operate_parsers
 from .preflight import StateSettingsChanged, spark_preflight
+from .savepoints import add_parsers as add_savepoint_parsers
+from .savepoints import add_start_arguments, start_conf
 
 
 def _conf_pairs(pairs: Sequence[str] | None) -> dict:
@@ -40,14 +42,14 @@ def _redis(args: argparse.Namespace) -> str:
 def cmd_run(args: argparse.Namespace) -> int:
     from ..launchers.local import LocalCluster, load_topology
 
-    conf = _conf_pairs(args.conf)
+    conf = start_conf(args, _conf_pairs(args.conf))
     url = _redis(args)
     conf.setdefault("redis.url", url)
     try:
         topology = load_topology(args.topology)
         name = args.name or args.topology.partition(":")[0].rsplit(".", 1)[-1]
         with LocalCluster(workers=args.workers, redis_url=url, progress_interval=args.progress_interval) as cluster:
-            run = cluster.submit(name, topology, conf)
+            run = cluster.submit(name, topology, conf, from_savepoint=args.from_savepoint)
             print(f"run {name!r}: {run.plan.describe()}", flush=True)
             try:
                 status = run.wait(args.timeout)
@@ -256,6 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--redis", help="Redis URL (default: $TOPOLOGY_REDIS_URL, else the project-local Redis)")
     r.add_argument("--timeout", type=float, default=None, help="give up (kill) after this many seconds")
     r.add_argument("--progress-interval", type=float, default=5.0)
+    add_start_arguments(r)
     r.set_defaults(func=cmd_run)
 
     sm = sub.add_parser("submit", help="run a topology as a PySpark application (spark-submit)")
@@ -294,6 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     k.set_defaults(func=cmd_kill)
 
     add_operate_parsers(sub, _redis)
+    add_savepoint_parsers(sub, _redis)
 
     rc = sub.add_parser("recover", help="run the recovery protocol on a stopped topology's state")
     rc.add_argument("id")

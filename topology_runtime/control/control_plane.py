@@ -14,6 +14,7 @@ run names, ``topology:runs``, is written on its own (docs/redis.md).
     topology:{ID:ctl}:paused       string "1" | "0": pause or resume asked of the live run (topology pause/resume)
     topology:{ID:ctl}:rebalance    string JSON {workers, timeout}: a rebalance asked of the live run (taken once)
     topology:{ID:ctl}:rebalance-refused   string why the run's driver refused the last rebalance asked
+    topology:{ID:ctl}:savepoint-request   string the name of a savepoint asked of the live run (taken once)
     topology:{ID:ctl}:status       string JSON RunStatus + workers (heartbeats), refreshed every few seconds
     topology:{ID:ctl}:history      list   JSON samples {t, emitted, acked, failed, p50, p99}, one per publish,
                                           trimmed to the last HISTORY_SAMPLES (the UI's throughput chart)
@@ -312,6 +313,17 @@ class ControlPlane:
 
     def rebalance_refusal(self, topology_id: str) -> str | None:
         return self.redis.get(ctl_key(topology_id, "rebalance-refused"))
+
+    def request_savepoint(self, topology_id: str, name: str) -> bool:
+        """Ask the live run to take savepoint ``name``; False if no run of that id is live."""
+        if not self.redis.exists(ctl_key(topology_id, "lease")):
+            return False
+        self.redis.set(ctl_key(topology_id, "savepoint-request"), name, ex=3600)
+        return True
+
+    def take_savepoint_request(self, topology_id: str) -> str | None:
+        """The savepoint asked for by ``topology savepoint`` (taken: carried out once)."""
+        return self.redis.getdel(ctl_key(topology_id, "savepoint-request"))
 
     def pause_request(self, topology_id: str) -> bool | None:
         """The paused state asked for by ``topology pause/resume``, None when nothing was asked."""

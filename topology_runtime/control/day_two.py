@@ -96,3 +96,41 @@ def rebalance(cp: ControlPlane, name: str, workers: int | None, parallelism: dic
         return (r.status or {}).get("worker_count") == workers and r.state == "running"
 
     return _wait(cp, name, wait, done, f"rebalance to {workers} worker(s)", undo)
+
+
+def savepoint(cp: ControlPlane, name: str, savepoint_name: str | None = None, wait: float = 120.0):
+    """Take a savepoint of ``name``: of a live run at a checkpoint it starts now (exactly-once),
+    of a stopped one from its committed state. Returns the manifest (state/savepoints.py)."""
+    from state import savepoints
+    from state.connection import connect
+    from state.layout import check_topology_id
+    from state.recovery import UnknownTopology, is_known, unknown_message
+
+    sp = check_topology_id(savepoint_name or savepoints.default_name(), "savepoint name")
+    client = connect(cp.url)
+    rec = cp.get(name)
+    if rec is None or not rec.live or not cp.request_savepoint(name, sp):
+        if not is_known(client, name):
+            raise UnknownTopology(unknown_message(client, name))
+        try:
+            return savepoints.take(client, name, sp)
+        except savepoints.SavepointRefused as e:
+            raise Refused(str(e)) from None
+    if client.hexists(savepoints.savepoints_key(name), sp):
+        raise Refused(f"{name!r} already has a savepoint {sp!r}")
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return savepoints.get(client, name, sp)
+        except savepoints.NoSuchSavepoint:
+            pass
+        why = savepoints.failure(client, name, sp)
+        if why is not None:
+            raise Refused(f"{name!r}: savepoint {sp!r} not taken: {why}")
+        rec = cp.get(name)
+        if rec is None or not rec.live:
+            raise NotLive(f"{name!r} ended before it took savepoint {sp!r}")
+        if time.monotonic() >= deadline:
+            raise NotConfirmed(f"{name!r} has not taken savepoint {sp!r} after {wait:g}s; the request stands "
+                               f"(`topology savepoints {name}` lists it once taken)")
+        time.sleep(0.2)

@@ -110,6 +110,9 @@ class RunReporter:
                     rebalance = self.control.take_rebalance_request(self.sup.name)
                     if rebalance is not None:
                         self._rebalance(rebalance)
+                    savepoint = self.control.take_savepoint_request(self.sup.name)
+                    if savepoint is not None:
+                        self._savepoint(savepoint)
                     paused = self.control.pause_request(self.sup.name)
                     if paused is not None and paused != self.sup.paused:
                         self.sup.set_paused(paused)
@@ -145,6 +148,15 @@ class RunReporter:
                         req.get("workers"), refused)
             assert self.control is not None
             self.control.refuse_rebalance(self.sup.name, refused)
+
+    def _savepoint(self, name: str) -> None:
+        refused = self.sup.request_savepoint(name)
+        if refused is not None:
+            from state.savepoints import record_failure
+
+            log.warning("run %s: savepoint %r refused: %s", self.sup.name, name, refused)
+            assert self.control is not None
+            record_failure(self.control.redis, self.sup.name, name, refused)
 
     def _fenced_off(self, e: LeaseLost) -> None:
         """A newer run of this id owns the records: write nothing more, end this run."""

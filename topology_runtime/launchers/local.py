@@ -103,6 +103,30 @@ def check_state_without_control(name: str, plan: Plan) -> None:
         client.close()
 
 
+def restore_savepoint(ref: str, name: str, plan: Plan, redis_url: str | None) -> None:
+    """Write savepoint ``ref`` ("ID/NAME") into ``name`` before its run starts
+    (state/savepoints.py); TopologyError for a malformed or unknown savepoint, StateSettingsChanged
+    (exit 8) when the run may not start from it. Nothing is written when refused."""
+    from state import savepoints
+    from state.connection import connect
+
+    url = redis_url or plan.conf.get("redis.url")
+    if not url:
+        raise TopologyError("from_savepoint needs the Redis that holds the savepoint (redis_url / redis.url)")
+    try:
+        source, sp = savepoints.parse_ref(ref)
+    except ValueError as e:
+        raise TopologyError(f"from_savepoint: {e}") from None
+    client = connect(str(url))
+    try:
+        m = savepoints.restore(client, source, sp, name, state_of(plan)[2])
+    except savepoints.NoSuchSavepoint as e:
+        raise TopologyError(str(e)) from None
+    finally:
+        client.close()
+    log.info("run %s: state restored from savepoint %s/%s (txid %d)", name, source, sp, m.txid)
+
+
 def _worker_main(spec: WorkerSpec) -> None:
     import os
     import sys
@@ -115,7 +139,8 @@ class LocalRun:
     """Handle of a submitted run: status, wait, kill."""
 
     def __init__(self, name: str, topology: Topology, conf: Mapping[str, Any] | None, workers: int,
-                 redis_url: str | None = None, progress_interval: float | None = None) -> None:
+                 redis_url: str | None = None, progress_interval: float | None = None,
+                 from_savepoint: str | None = None) -> None:
         conf = layered(topology.conf, conf)
         resolved = resolve_config(conf)
         if "topology.workers" not in conf:
@@ -124,6 +149,8 @@ class LocalRun:
         self.plan = build_plan(topology, resolved)
         self.control = self.keeper = None
         token = None
+        if from_savepoint:
+            restore_savepoint(from_savepoint, name, self.plan, redis_url)
         if redis_url:  # optional: makes the run visible to `topology status/list/kill`
             from ..control.control_plane import ControlPlane
 
@@ -260,6 +287,34 @@ class LocalRun:
         if workers is not None:
             self.supervisor.request_rebalance(workers, timeout)
 
+    def savepoint(self, name: str | None = None, timeout: float = 120.0) -> str:
+        """Take a savepoint at a checkpoint started now (exactly-once runs) and return its name
+        once taken; SavepointRefused if it cannot be."""
+        from state import savepoints
+        from state.connection import connect
+
+        from ..api.config import state_redis_url
+
+        sp = name or savepoints.default_name()
+        refused = self.supervisor.request_savepoint(sp)
+        if refused is not None:
+            raise savepoints.SavepointRefused(refused, self.name)
+        client = connect(state_redis_url(self.plan.conf))
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                if client.hexists(savepoints.savepoints_key(self.name), sp):
+                    return sp
+                why = savepoints.failure(client, self.name, sp)
+                if why is not None:
+                    raise savepoints.SavepointRefused(why, self.name)
+                if self.done or time.monotonic() >= deadline:
+                    raise TimeoutError(f"run {self.name!r}: savepoint {sp!r} not taken "
+                                       f"({'the run ended' if self.done else f'after {timeout}s'})")
+                time.sleep(0.1)
+        finally:
+            client.close()
+
     def pause(self) -> None:
         """Deactivate the spouts (Storm's deactivate); in-flight trees finish, checkpoints go on."""
         self._set_paused(True)
@@ -291,14 +346,16 @@ class ClusterBase:
 
     runs: dict
 
-    def submit(self, name: str, topology: Any, conf: Mapping[str, Any] | None = None):
+    def submit(self, name: str, topology: Any, conf: Mapping[str, Any] | None = None,
+               from_savepoint: str | None = None):
         raise NotImplementedError
 
     def run(self, name: str, topology: Any, conf: Mapping[str, Any] | None = None,
-            timeout: float | None = None) -> RunStatus:
+            timeout: float | None = None, from_savepoint: str | None = None) -> RunStatus:
         """Run a bounded topology to its end; raises TimeoutError (after killing it) or
         TopologyFailed."""
-        run = self.submit(name, topology, conf)
+        run = self.submit(name, topology, conf, from_savepoint=from_savepoint) if from_savepoint else \
+            self.submit(name, topology, conf)
         try:
             status = run.wait(timeout)
         except TimeoutError:
@@ -331,12 +388,15 @@ class LocalCluster(ClusterBase):
         self.progress_interval = progress_interval
         self.runs: dict[str, LocalRun] = {}
 
-    def submit(self, name: str, topology: Any, conf: Mapping[str, Any] | None = None) -> LocalRun:
+    def submit(self, name: str, topology: Any, conf: Mapping[str, Any] | None = None,
+               from_savepoint: str | None = None) -> LocalRun:
+        """Start a run; ``from_savepoint`` ("ID/NAME"): its state from that savepoint first."""
         check_topology_id(name)  # before anything is started or written
         live = self.runs.get(name)
         if live is not None and not live.done:
             raise RuntimeError(f"a run named {name!r} is already live in this cluster")
-        run = LocalRun(name, load_topology(topology), conf, self.workers, self.redis_url, self.progress_interval)
+        run = LocalRun(name, load_topology(topology), conf, self.workers, self.redis_url, self.progress_interval,
+                       from_savepoint)
         self.runs[name] = run
         return run
 

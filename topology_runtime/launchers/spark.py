@@ -308,7 +308,17 @@ class SparkCluster(ClusterBase):
         self.progress_interval = progress_interval
         self.runs: dict[str, SparkRun] = {}
 
-    def submit(self, name: str, topology: Any, conf: Mapping[str, Any] | None = None) -> SparkRun:
+    def submit(self, name: str, topology: Any, conf: Mapping[str, Any] | None = None,
+               from_savepoint: str | None = None) -> SparkRun:
+        if from_savepoint:  # the state is written before the job is submitted (local.restore_savepoint)
+            from ..api.config import layered, resolve_config
+            from ..plan.planner import build_plan
+            from .local import load_topology, restore_savepoint
+
+            topology = load_topology(topology)
+            resolved = resolve_config(layered(topology.conf, conf))
+            resolved.setdefault("topology.workers", self.workers)
+            restore_savepoint(from_savepoint, name, build_plan(topology, resolved), self.redis_url)
         run = SparkRun(self, name, topology, conf)
         self.runs[name] = run
         return run

@@ -50,7 +50,15 @@ class ExactlyOnceCheckpoints:
         )
         self._send_all = send_all
         self._on_redis_lost = on_redis_lost
+        # Savepoints asked of the live run: taken once a checkpoint started after the request
+        # commits, before the next one may start (everything here runs under one lock).
+        self.savepoints: list[str] = []
+        self._savepoint_from: int | None = None  # the first txid whose commit serves them
         self.recover()
+
+    def request_savepoint(self, name: str) -> None:
+        self.savepoints.append(name)
+        self._savepoint_from = None
 
     def set_workers(self, n: int) -> None:
         """The run was re-planned onto ``n`` workers (between launches: nothing in flight)."""
@@ -80,8 +88,17 @@ class ExactlyOnceCheckpoints:
                  report.checkpoint_after, report.decision)
 
     def tick(self, now: float, running: bool) -> None:
-        """Start a checkpoint when one is due (``running``: the run is up and not stopping)."""
-        self._perform(self.coordinator.tick(now, running))
+        """Start a checkpoint when one is due (``running``: the run is up and not stopping); at
+        once when a savepoint waits for one."""
+        c = self.coordinator
+        if self.savepoints and self._savepoint_from is None and not c.in_flight and running and not c.final_done:
+            c.last = float("-inf")
+            action = c.tick(now, running)
+            if action is not None:
+                self._savepoint_from = action.txid
+            self._perform(action)
+            return
+        self._perform(c.tick(now, running))
 
     def on_message(self, msg: BarrierDone | Committed) -> None:
         """A worker's BarrierDone or Committed (already checked to be of its current incarnation)."""
@@ -110,3 +127,23 @@ class ExactlyOnceCheckpoints:
         msg = action.message()
         if msg is not None:
             self._send_all(msg)
+        if action.record.state == COMMITTED and self.savepoints \
+                and self._savepoint_from is not None and action.txid >= self._savepoint_from:
+            self._take_savepoints()
+
+    def _take_savepoints(self) -> None:
+        """Copy the state just committed; no checkpoint starts until this returns (the lock)."""
+        from state import savepoints
+
+        names, self.savepoints, self._savepoint_from = self.savepoints, [], None
+        for name in names:
+            try:
+                m = savepoints.take(self.redis, self.name, name)
+                log.info("run %s: savepoint %r taken at txid %d (%d task state(s))", self.name, name, m.txid,
+                         len(m.parts))
+            except (savepoints.SavepointRefused, redis.RedisError, ValueError) as e:
+                log.warning("run %s: savepoint %r not taken: %s", self.name, name, e)
+                try:
+                    savepoints.record_failure(self.redis, self.name, name, str(e))
+                except redis.RedisError:
+                    pass

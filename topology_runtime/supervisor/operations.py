@@ -1,5 +1,5 @@
-"""What an operator does to a live run besides stopping it: pause and resume its spouts, and
-rebalance it onto another number of workers. Part of ``RunSupervisor`` (run_supervisor.py),
+"""What an operator does to a live run besides stopping it: pause and resume its spouts,
+rebalance it onto another number of workers, take a savepoint. Part of ``RunSupervisor`` (run_supervisor.py),
 kept apart so each module reads on its own; every method takes the supervisor's lock."""
 
 from __future__ import annotations
@@ -14,6 +14,9 @@ from ..plan.planner import Plan
 from ..transport import messages as cm
 from .rebalance import Rebalance, check_workers
 from .slots import WorkerSlot
+
+if TYPE_CHECKING:
+    from .checkpoints import ExactlyOnceCheckpoints
 
 log = logging.getLogger("topology.supervisor")
 
@@ -32,6 +35,7 @@ class DayTwoOperations:
     _stop_reason: str | None
     restart_all_requested: bool
     _probe_seq: int
+    checkpoints: ExactlyOnceCheckpoints | None
 
     if TYPE_CHECKING:
         def _send_all(self, msg: cm.ControlMessage) -> None: ...
@@ -81,3 +85,17 @@ class DayTwoOperations:
             if self.eo:
                 self.eo_recover()
 
+
+    def request_savepoint(self, name: str) -> str | None:
+        """Take savepoint ``name`` at a checkpoint started now (state/savepoints.py); None when
+        under way, else why not (nothing was changed)."""
+        with self.lock:
+            if self.checkpoints is None:
+                return ("a live savepoint needs the exactly-once mode (its supervisor holds the next checkpoint "
+                        f"back while the copy runs): drain the run (topology kill {self.name} --drain), then take "
+                        "the savepoint of the stopped run")
+            if self.state in FINAL_STATES or self._stop_reason is not None:
+                return "the run is stopping: take the savepoint once it stopped"
+            self.checkpoints.request_savepoint(name)
+            log.info("run %s: savepoint %r asked: a checkpoint starts now", self.name, name)
+            return None

@@ -1,0 +1,121 @@
+"""Savepoints: taken from a stopped or a live exactly-once run, listed, deleted, kept by
+``topology reset``; an upgrade to new code with an extra component from a savepoint, then a
+rollback of the old code to it, with exact counts."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+from spark_topologies import SlowSplit
+
+from examples.stateful_wordcount import StatefulWordCount, counts_in_state
+from examples.wordcount import STREAM, load_sentences, true_counts
+from state import savepoints
+from state.recovery import reset
+from state.refusal import StateSettingsChanged
+from topology_runtime import LocalCluster, TopologyBuilder, TopologyError
+from topology_runtime.cli.main import main as cli
+from topology_runtime.connectors import RedisStreamReplaySpout
+from topology_runtime.testing import wait_for
+
+pytestmark = pytest.mark.slow
+
+CONF = {"topology.state.provider": "redis", "topology.state.exactly.once": True,
+        "topology.state.checkpoint.interval.ms": 200, "topology.message.timeout.secs": 3,
+        "topology.max.spout.pending": 100}
+
+
+def wordcount(bounded: bool, extra: bool = False):
+    """v1: sentences -> split -> count; v2 (``extra``) adds a second stateful counter."""
+    b = TopologyBuilder()
+    b.set_spout("sentences", RedisStreamReplaySpout(STREAM, fields=["sentence"], bounded=bounded, batch_size=50), 2)
+    b.set_bolt("split", SlowSplit(), 2).shuffle_grouping("sentences")
+    b.set_bolt("count", StatefulWordCount(), 2).fields_grouping("split", ["word"])
+    if extra:
+        b.set_bolt("count2", StatefulWordCount(), 1).fields_grouping("split", ["word"])
+    return b.create_topology()
+
+
+def _drained_v1(redis_url, name, truth):
+    with LocalCluster(workers=2, redis_url=redis_url) as cluster:
+        run = cluster.submit(name, wordcount(bounded=False), {"redis.url": redis_url, **CONF})
+        assert wait_for(lambda: counts_in_state(redis_url, name) == truth, 120)
+        status = run.kill(drain=True, timeout=60)
+    assert status.state in ("killed", "completed"), status.error
+
+
+def test_upgrade_and_rollback(redis_url, redis_client):
+    r = redis.Redis.from_url(redis_url, decode_responses=True)
+    first = load_sentences(r, 400)
+    _drained_v1(redis_url, "wc-v1", true_counts(first))
+    assert cli(["savepoint", "wc-v1", "--name", "before-upgrade", "--redis", redis_url]) == 0
+    assert cli(["savepoint", "wc-v1", "--name", "before-upgrade", "--redis", redis_url]) == 8  # taken
+    second = load_sentences(r, 300, seed=11)
+    everything = true_counts(first + second)
+    with LocalCluster(workers=2, redis_url=redis_url) as cluster:
+        # The new code without its old component is refused, then allowed.
+        with pytest.raises(StateSettingsChanged, match="count"):
+            b = TopologyBuilder()
+            b.set_spout("sentences", RedisStreamReplaySpout(STREAM, fields=["sentence"], bounded=True), 2)
+            cluster.submit("wc-dropped", b.create_topology(), {"redis.url": redis_url, **CONF},
+                           from_savepoint="wc-v1/before-upgrade")
+        assert not redis_client.exists("topology:{wc-dropped:ctl}:checkpoint")  # nothing written
+        with pytest.raises(TopologyError, match="no savepoint"):
+            cluster.submit("wc-v2", wordcount(True, extra=True), {"redis.url": redis_url, **CONF},
+                           from_savepoint="wc-v1/nope")
+        status = cluster.run("wc-v2", wordcount(True, extra=True), {"redis.url": redis_url, **CONF}, timeout=240,
+                             from_savepoint="wc-v1/before-upgrade")
+    assert status.state == "completed", status.error
+    assert counts_in_state(redis_url, "wc-v2") == everything  # nothing lost, nothing counted twice
+    assert counts_in_state(redis_url, "wc-v2", "count2") == true_counts(second)  # the new one started empty
+    # wc-v2 holds state: the savepoint goes into it only after a reset.
+    with LocalCluster(workers=2, redis_url=redis_url) as cluster, pytest.raises(StateSettingsChanged, match="holds"):
+        cluster.submit("wc-v2", wordcount(True), {"redis.url": redis_url, **CONF}, from_savepoint="wc-v1/before-upgrade")
+    # Roll back: the old code, its own id, from the savepoint (its state is replaced).
+    with LocalCluster(workers=2, redis_url=redis_url) as cluster:
+        status = cluster.run("wc-v1", wordcount(True), {"redis.url": redis_url, **CONF}, timeout=240,
+                             from_savepoint="wc-v1/before-upgrade")
+    assert status.state == "completed", status.error
+    assert counts_in_state(redis_url, "wc-v1") == everything
+    # Listed; kept by reset; deleted.
+    assert [m.name for m in savepoints.list_savepoints(redis_client, "wc-v1")] == ["before-upgrade"]
+    reset("wc-v1", redis_url)
+    assert savepoints.get(redis_client, "wc-v1", "before-upgrade").components == {"count": 2, "sentences": 2}
+    with LocalCluster(workers=2, redis_url=redis_url) as cluster:
+        status = cluster.run("wc-v1", wordcount(True), {"redis.url": redis_url, **CONF}, timeout=240,
+                             from_savepoint="wc-v1/before-upgrade")
+    assert counts_in_state(redis_url, "wc-v1") == everything
+    assert cli(["savepoint-delete", "wc-v1", "before-upgrade", "--redis", redis_url]) == 0
+    assert cli(["savepoint-delete", "wc-v1", "before-upgrade", "--redis", redis_url]) == 6
+    assert savepoints.list_savepoints(redis_client, "wc-v1") == []
+    assert not [k for k in redis_client.scan_iter("topology:*:sp:*")]
+
+
+def test_savepoint_of_a_live_run(redis_url, redis_client):
+    r = redis.Redis.from_url(redis_url, decode_responses=True)
+    sentences = load_sentences(r, 1500)
+    truth = true_counts(sentences)
+    with LocalCluster(workers=2, redis_url=redis_url) as cluster:
+        run = cluster.submit("wc-live", wordcount(bounded=False), {"redis.url": redis_url, **CONF})
+        assert wait_for(lambda: run.status().components["split"].executed > 200, 60)
+        name = run.savepoint("mid")
+        assert name == "mid"
+        assert cli(["savepoint", "wc-live", "--name", "mid2", "--redis", redis_url]) == 0
+        assert wait_for(lambda: counts_in_state(redis_url, "wc-live") == truth, 180)  # the run went on
+        run.kill(drain=True, timeout=60)
+    m = savepoints.get(redis_client, "wc-live", "mid")
+    assert 0 <= m.txid and sum(counts_in_state(redis_url, "wc-live").values()) == sum(truth.values())
+    # The savepoint is a consistent cut: resumed from its positions, the counts come out exact.
+    for sp in ("mid", "mid2"):
+        with LocalCluster(workers=2, redis_url=redis_url) as cluster:
+            status = cluster.run(f"wc-from-{sp}", wordcount(True), {"redis.url": redis_url, **CONF}, timeout=240,
+                                 from_savepoint=f"wc-live/{sp}")
+        assert status.state == "completed", status.error
+        assert counts_in_state(redis_url, f"wc-from-{sp}") == truth
+
+
+def test_stopped_savepoint_refusals(redis_url, redis_client):
+    assert cli(["savepoint", "never-ran", "--redis", redis_url]) == 6
+    redis_client.hset("topology:{half:ctl}:checkpoint", mapping={"txid": 3, "state": "PREPARING"})
+    assert cli(["savepoint", "half", "--redis", redis_url]) == 8
+    assert cli(["savepoint-delete", "half", "nope", "--redis", redis_url]) == 6
