@@ -119,3 +119,36 @@ def test_stopped_savepoint_refusals(redis_url, redis_client):
     redis_client.hset("topology:{half:ctl}:checkpoint", mapping={"txid": 3, "state": "PREPARING"})
     assert cli(["savepoint", "half", "--redis", redis_url]) == 8
     assert cli(["savepoint-delete", "half", "nope", "--redis", redis_url]) == 6
+
+
+@pytest.mark.spark
+def test_topology_submit_starts_a_spark_run_from_a_savepoint(redis_url):
+    """A savepoint of a run on local workers starts a run on Spark local[2] (topology submit
+    --from-savepoint): the saved counts go on, the new input is added once."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from topology_runtime.launchers.spark import spark_env
+
+    r = redis.Redis.from_url(redis_url, decode_responses=True)
+    first = load_sentences(r, 300)
+    with LocalCluster(workers=2, redis_url=redis_url) as cluster:
+        status = cluster.run("sp-local", "tests.spark_topologies:exactly_once_wordcount",
+                             {"redis.url": redis_url, **CONF}, timeout=240)
+    assert status.state == "completed", status.error
+    assert cli(["savepoint", "sp-local", "--name", "to-spark", "--redis", redis_url]) == 0
+    second = load_sentences(r, 200, seed=5)
+    cmd = [sys.executable, "-m", "topology_runtime.cli", "submit", "tests.spark_topologies:exactly_once_wordcount",
+           "--name", "sp-spark", "--master", "local[2]", "--workers", "2", "--redis", redis_url,
+           "--from-savepoint", "sp-local/to-spark", "--progress-interval", "0"]
+    cmd += [x for k, v in CONF.items() for x in ("--conf", f"{k}={str(v).lower() if isinstance(v, bool) else v}")]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=spark_env(), cwd=Path(__file__).resolve().parent.parent,
+                         timeout=300)
+    assert out.returncode == 0, (out.stdout[-3000:], out.stderr[-3000:])
+    assert counts_in_state(redis_url, "sp-spark") == true_counts(first + second)
+    # An unknown savepoint: invalid input, nothing shipped or started.
+    bad = subprocess.run(cmd[:cmd.index("--from-savepoint") + 1] + ["sp-local/nope"] + cmd[cmd.index("--from-savepoint") + 2:],
+                         capture_output=True, text=True, env=spark_env(), cwd=Path(__file__).resolve().parent.parent,
+                         timeout=120)
+    assert bad.returncode == 4 and "no savepoint" in bad.stderr, bad.stderr[-2000:]

@@ -82,9 +82,17 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from ..launchers.spark import driver_args, spark_submit_command, submit_parts
 
     url = _redis(args)
-    conf = _conf_pairs(args.conf)
+    conf = start_conf(args, _conf_pairs(args.conf))
     conf.setdefault("redis.url", url)
     # Before anything is shipped or started.
+    if args.from_savepoint:
+        from ..launchers.spark import restore_before_submit
+
+        try:
+            restore_before_submit(args.from_savepoint, args.name, args.topology, conf, args.workers, url)
+        except StateSettingsChanged as e:
+            print(f"topology: {e}", file=sys.stderr)
+            return ExitCode.REFUSED
     refused = spark_preflight(url, args.name, args.topology, conf, args.workers)
     if refused is not None:
         print(f"topology: {refused}", file=sys.stderr)
@@ -278,6 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
                          f"{sys.version_info[1]} from their PATH)")
     sm.add_argument("--redis")
     sm.add_argument("--progress-interval", type=float, default=5.0)
+    add_start_arguments(sm)
     sm.set_defaults(func=cmd_submit)
 
     st = sub.add_parser("status", help="status of a run (from the Redis control plane)")

@@ -310,19 +310,28 @@ class SparkCluster(ClusterBase):
 
     def submit(self, name: str, topology: Any, conf: Mapping[str, Any] | None = None,
                from_savepoint: str | None = None) -> SparkRun:
-        if from_savepoint:  # the state is written before the job is submitted (local.restore_savepoint)
-            from ..api.config import layered, resolve_config
-            from ..plan.planner import build_plan
-            from .local import load_topology, restore_savepoint
-
-            topology = load_topology(topology)
-            resolved = resolve_config(layered(topology.conf, conf))
-            resolved.setdefault("topology.workers", self.workers)
-            restore_savepoint(from_savepoint, name, build_plan(topology, resolved), self.redis_url)
+        if from_savepoint:
+            topology = restore_before_submit(from_savepoint, name, topology, conf, self.workers, self.redis_url)
         run = SparkRun(self, name, topology, conf)
         self.runs[name] = run
         return run
 
+
+
+def restore_before_submit(ref: str, name: str, topology: Any, conf: Mapping[str, Any] | None, workers: int,
+                          redis_url: str | None) -> Topology:
+    """Write savepoint ``ref`` into ``name`` before the job is submitted (local.restore_savepoint:
+    TopologyError for an unknown one, StateSettingsChanged when the run may not start from it).
+    Returns the loaded topology."""
+    from ..api.config import layered, resolve_config
+    from ..plan.planner import build_plan
+    from .local import restore_savepoint
+
+    topology = load_topology(topology)
+    resolved = resolve_config(layered(topology.conf, conf))
+    resolved.setdefault("topology.workers", workers)
+    restore_savepoint(ref, name, build_plan(topology, resolved), redis_url)
+    return topology
 
 
 def _pickle_topology(topology: Topology, path: str) -> None:
