@@ -93,6 +93,19 @@ def exactly_once_wordcount(slow: bool = True):
     return b.create_topology()
 
 
+def exactly_once_wordcount_v2():
+    """The exactly-once word count's next version: a second stateful counter beside the first."""
+    from examples.stateful_wordcount import StatefulWordCount
+    from topology_runtime.connectors import RedisStreamReplaySpout
+
+    b = TopologyBuilder()
+    b.set_spout("sentences", RedisStreamReplaySpout(STREAM, fields=["sentence"], bounded=True, batch_size=50), 2)
+    b.set_bolt("split", SlowSplit(), 2).shuffle_grouping("sentences")
+    b.set_bolt("count", StatefulWordCount(), 2).fields_grouping("split", ["word"])
+    b.set_bolt("count2", StatefulWordCount(), 1).fields_grouping("split", ["word"])
+    return b.create_topology()
+
+
 class FailOnceSplit(SplitSentence):
     """Raises once (the first time any task sees a sentence with "fox"): in exactly-once mode
     that tuple's failure must roll every task back, not replay one tuple."""

@@ -231,6 +231,23 @@ class TopologyHook(BaseHook):
             raise AirflowException(f"{submit_failure(name, self._spark.reason(), code)} (spark-submit exit code "
                                    f"{code if code is not None else '?'}; the driver's lines are above)") from e
 
+    def restore(self, savepoint: str, topology: str, name: str, workers: int, conf: dict[str, Any] | None) -> None:
+        """Write savepoint ``savepoint`` ("ID/NAME") into ``name`` before its driver starts;
+        AirflowFailException (no retry can help) when it is unknown or the run may not start from it."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from state.refusal import StateSettingsChanged
+        from topology_runtime.api.builder import TopologyError
+        from topology_runtime.launchers.spark import restore_before_submit
+
+        conf = dict(conf or {})
+        conf.setdefault("redis.url", self.redis_url)
+        try:
+            restore_before_submit(savepoint, name, topology, conf, workers, self.redis_url)
+        except (StateSettingsChanged, TopologyError) as e:
+            raise AirflowFailException(f"topology {name!r} from savepoint {savepoint!r}: {e}") from e
+        self.log.info("topology %r starts from savepoint %s", name, savepoint)
+
     def start_detached(self, topology: str, name: str, workers: int = 2, conf: dict[str, Any] | None = None,
                        spark_conf: dict[str, str] | None = None, progress_interval: float = 5.0,
                        log_dir: str | None = None, shipping: dict[str, Any] | None = None) -> DetachedRun:

@@ -89,3 +89,62 @@ def _count(v: int | str | None) -> int | None:
         return int(str(v).strip())
     except ValueError:
         raise ValueError(f"workers must be an integer, got {v!r}") from None
+
+
+class SavepointTopologyOperator(_DayTwoOperator):
+    """Take savepoint ``name`` (default: a timestamp) of a topology: of a live exactly-once run
+    at a checkpoint started at once, of a stopped one from its committed state. Pushes
+    ``"ID/NAME"`` to XCom: what ``SubmitTopologyOperator(from_savepoint=...)`` takes."""
+
+    template_fields: Sequence[str] = ("topology_id", "name", "redis_url")
+
+    def __init__(self, *, topology_id: str, name: str | None = None, **kwargs: Any) -> None:
+        super().__init__(topology_id=topology_id, **kwargs)
+        self.name = name
+
+    def execute(self, context: Any) -> str:
+        from state.recovery import UnknownTopology
+        from topology_runtime.control import day_two
+        from topology_runtime.control.day_two import NotConfirmed, Refused
+
+        hook = TopologyHook(redis_url=self.redis_url)
+        try:
+            m = day_two.savepoint(hook.control, self.topology_id, self.name or None, self.wait)
+        except (UnknownTopology, Refused, ValueError) as e:
+            raise AirflowFailException(f"savepoint of topology {self.topology_id!r}: {e}") from e
+        except NotConfirmed as e:
+            raise AirflowException(f"savepoint of topology {self.topology_id!r}: {e}") from e
+        self.log.info("savepoint %s/%s of topology %r at txid %s: %d task state(s)", self.topology_id, m.name,
+                      self.topology_id, m.txid, len(m.parts))
+        return f"{self.topology_id}/{m.name}"
+
+
+class StopTopologyOperator(_DayTwoOperator):
+    """Stop a live run: ``drain=True`` (default) stops its spouts and lets in-flight trees finish
+    first. Waits until it is no longer live; a run that is not live already is fine (logged)."""
+
+    template_fields: Sequence[str] = ("topology_id", "redis_url")
+
+    def __init__(self, *, topology_id: str, drain: bool = True, **kwargs: Any) -> None:
+        super().__init__(topology_id=topology_id, **kwargs)
+        self.drain = drain
+
+    def execute(self, context: Any) -> str:
+        import time
+
+        cp = TopologyHook(redis_url=self.redis_url).control
+        if not cp.request_kill(self.topology_id, drain=self.drain):
+            rec = cp.get(self.topology_id)
+            self.log.info("topology %r is not live (%s): nothing to stop", self.topology_id,
+                          rec.state if rec else "no record")
+            return rec.state if rec else "unknown"
+        self.log.info("%s of topology %r requested", "drain" if self.drain else "kill", self.topology_id)
+        deadline = time.monotonic() + self.wait
+        while cp.is_live(self.topology_id):
+            if time.monotonic() >= deadline:
+                raise AirflowException(f"topology {self.topology_id!r} still live after {self.wait:g}s; the request "
+                                       f"stands (`topology status {self.topology_id}`)")
+            time.sleep(0.5)
+        rec = cp.get(self.topology_id)
+        self.log.info("topology %r stopped: %s", self.topology_id, rec.state if rec else "?")
+        return rec.state if rec else "unknown"

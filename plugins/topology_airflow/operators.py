@@ -46,7 +46,8 @@ class SubmitTopologyOperator(BaseOperator):
     submitting again; another DAG run still gets "already live" (docs/operations.md).
     """
 
-    template_fields: Sequence[str] = ("topology", "name", "conf", "workers", "redis_url", "spark_conf")
+    template_fields: Sequence[str] = ("topology", "name", "conf", "workers", "redis_url", "spark_conf",
+                                      "from_savepoint")
     template_fields_renderers = {"conf": "json", "spark_conf": "json"}
     ui_color = "#e8f1fb"
     operator_extra_links = (TopologyLink(),)  # the task's "Topology" button: its status page
@@ -57,8 +58,9 @@ class SubmitTopologyOperator(BaseOperator):
                  deferrable: bool | None = None, poll_interval: float = 2.0, start_timeout: float = 600.0,
                  driver_log_dir: str | None = None, python_env: str = "auto", executor_python: str | None = None,
                  py_files: str | list[str] | None = None, archives: str | list[str] | None = None,
-                 **kwargs: Any) -> None:
+                 from_savepoint: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.from_savepoint = from_savepoint  # "ID/NAME": the run starts with that savepoint's state
         # What a cluster master's executors get (docs/cluster.md): the code is always shipped;
         # python_env "auto" adds the runtime's dependencies, "none" nothing, a path your archive.
         self.shipping = {"python_env": python_env, "executor_python": executor_python, "py_files": py_files,
@@ -83,6 +85,8 @@ class SubmitTopologyOperator(BaseOperator):
         ours = self._live_run_of_this_task(context)
         if ours is not None:
             return self._reattach(ours)
+        if self.from_savepoint:
+            self._hook.restore(self.from_savepoint, self.topology, self.name, int(self.workers), self.conf)
         if self.deferrable:
             run = self._hook.start_detached(self.topology, self.name, int(self.workers), self.conf, self.spark_conf,
                                             self.progress_interval, self.driver_log_dir, self.shipping)
