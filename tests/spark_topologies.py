@@ -81,13 +81,13 @@ def slow_stateful_wordcount():
     return b.create_topology()
 
 
-def exactly_once_wordcount(slow: bool = True):
+def exactly_once_wordcount(slow: bool = True, bounded: bool = True):
     """Stateful word count over the replayable stream spout (topology.state.exactly.once)."""
     from examples.stateful_wordcount import StatefulWordCount
     from topology_runtime.connectors import RedisStreamReplaySpout
 
     b = TopologyBuilder()
-    b.set_spout("sentences", RedisStreamReplaySpout(STREAM, fields=["sentence"], bounded=True, batch_size=50), 2)
+    b.set_spout("sentences", RedisStreamReplaySpout(STREAM, fields=["sentence"], bounded=bounded, batch_size=50), 2)
     b.set_bolt("split", SlowSplit() if slow else SplitSentence(), 2).shuffle_grouping("sentences")
     b.set_bolt("count", StatefulWordCount(), 2).fields_grouping("split", ["word"])
     return b.create_topology()

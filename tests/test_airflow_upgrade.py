@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from test_savepoints import CONF, wordcount
+from spark_topologies import exactly_once_wordcount
 
 from examples.stateful_wordcount import counts_in_state
 from examples.wordcount import load_sentences, true_counts
@@ -21,6 +21,9 @@ from topology_runtime.testing import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 ROOT = Path(__file__).resolve().parent.parent
+CONF = {"topology.state.provider": "redis", "topology.state.exactly.once": True,
+        "topology.state.checkpoint.interval.ms": 200, "topology.message.timeout.secs": 3,
+        "topology.max.spout.pending": 100}
 
 
 def _states(run):
@@ -38,7 +41,7 @@ def test_upgrade_dag_drains_savepoints_and_starts_the_new_version(airflow_db, re
     r = redis.Redis.from_url(redis_url, decode_responses=True)
     first = load_sentences(r, 300)
     with LocalCluster(workers=2, redis_url=redis_url) as cluster:
-        run = cluster.submit("up", wordcount(bounded=False), {"redis.url": redis_url, **CONF})
+        run = cluster.submit("up", exactly_once_wordcount(bounded=False), {"redis.url": redis_url, **CONF})
         assert wait_for(lambda: counts_in_state(redis_url, "up") == true_counts(first), 120)
         second = load_sentences(r, 200, seed=7)  # some of it v1 counts before the drain, the rest v2
         dr = dag.test(run_conf={"topology_id": "up", "new_topology": "tests.spark_topologies:exactly_once_wordcount_v2",
