@@ -218,3 +218,31 @@ def test_a_retry_after_the_task_process_is_sigkilled_reattaches_to_the_same_run(
     assert "following it to the end instead of submitting again" in live.task_log(dag_id, run_id, "wordcount", 2)
     rec = cp.get("wordcount")
     assert rec.state == "completed" and rec.info["token"] == token  # exactly one run
+
+
+def test_rebalance_dag_through_the_rest_api(airflow_live, redis_url):
+    """The manual topology_rebalance DAG, triggered through the REST API against a live run on
+    local workers: the run goes on 3 workers, and the task log says so with the new shape."""
+    from runtime_components import CountInState, Ticker
+
+    from topology_runtime import LocalCluster, TopologyBuilder
+
+    b = TopologyBuilder()
+    b.set_spout("ticks", Ticker(), 2)
+    b.set_bolt("count", CountInState(), 2).shuffle_grouping("ticks")
+    live = airflow_live
+    conf = {"redis.url": redis_url, "test.redis.url": redis_url, "topology.state.provider": "redis",
+            "topology.state.checkpoint.interval.ms": 200}
+    with LocalCluster(workers=2, redis_url=redis_url) as cluster:
+        run = cluster.submit("e2e-rb", b.create_topology(), conf)
+        try:
+            assert wait_for(lambda: run.status().components["ticks"].emitted > 100, 30), run.status()
+            run_id = live.trigger("topology_rebalance", {"topology_id": "e2e-rb", "action": "rebalance", "workers": 3,
+                                                         "timeout": 5})
+            assert live.wait_for_run("topology_rebalance", run_id, timeout=180) == "success", \
+                live.describe_run("topology_rebalance", run_id)
+            assert run.status().workers == 3 and len(run.pids) == 3
+            log = live.task_log("topology_rebalance", run_id, "rebalance")
+            assert "done: e2e-rb: running on 3 worker(s) (ticks=2, count=2)" in log, log[-3000:]
+        finally:
+            run.kill()

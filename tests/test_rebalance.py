@@ -94,9 +94,42 @@ def test_on_spark_the_barrier_stage_is_relaunched_with_the_new_number(redis_url,
         assert run.status().workers == 2 and run.status().state == "running"  # nothing changed
         assert cli(["rebalance", name, "--workers", "3", "--redis", redis_url]) == ExitCode.COMPLETED
         assert f"{name}: running on 3 worker(s)" in capsys.readouterr().out
+        assert run.savepoint("on-spark") == "on-spark"  # the Spark handle's live savepoint, after the rebalance
         status = run.wait(300)
     assert status.state == "completed", (status.error, run.log()[-3000:])
     assert status.workers == 3
     assert "launching 3 worker(s) as a barrier stage" in run.log()
+    from state import savepoints
+
+    saved = savepoints.get(redis.Redis.from_url(redis_url), name, "on-spark")
+    assert saved.txid > 0 and saved.components.get("count") == 2
     counts = counts_in_state(redis_url, name, "count")
     assert counts == truth
+
+
+def test_a_transactional_topology_counts_exactly_across_a_rebalance(redis_url):
+    """Batches in flight when the workers stop replay identically on the new number;
+    TransactionalValue skips what was committed: exact counts."""
+    import random
+
+    from examples.transactional_count import word_count
+    from state.values import ValueMap
+
+    rng = random.Random(5)
+    words = ["apple", "banana", "cat", "dog", "egg", "fig"]
+    data = {p: [[rng.choice(words)] for _ in range(2000)] for p in range(3)}
+    truth: dict[str, int] = {}
+    for rows in data.values():
+        for (w,) in rows:
+            truth[w] = truth.get(w, 0) + 1
+    client = redis.Redis.from_url(redis_url)
+    conf = {"redis.url": redis_url, "topology.max.spout.pending": 3, "topology.message.timeout.secs": 2}
+    with LocalCluster(workers=2, redis_url=redis_url) as cluster:
+        run = cluster.submit("rb-tx", word_count(data, take=10, name="rb-tx"), conf)
+        assert wait_for(lambda: client.exists("word-counts") and client.hlen("word-counts") > 0, 60)
+        run.rebalance(workers=3, timeout=2)
+        assert wait_for(lambda: run.status().workers == 3 and run.status().state == "running", 60), run.status()
+        status = run.wait(240)
+    assert status.state == "completed", status.error
+    got = ValueMap(client, "word-counts").get(list(truth))
+    assert {w: v.value for w, v in got.items()} == truth

@@ -275,6 +275,13 @@ class SparkRun:
     def resume(self) -> None:
         self.control.request_pause(self.name, False)
 
+    def savepoint(self, name: str | None = None, wait: float = 120.0) -> str:
+        """Take a savepoint of the live exactly-once run (through the control records: the driver
+        takes it at a checkpoint it starts at once); returns its name."""
+        from ..control import day_two
+
+        return day_two.savepoint(self.control, self.name, name, wait).name
+
     @property
     def done(self) -> bool:
         return self.proc.poll() is not None
