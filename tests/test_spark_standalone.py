@@ -265,3 +265,46 @@ def test_more_workers_than_slots_fails_within_seconds_naming_both_numbers(spark_
     rec = ControlPlane(redis_url).get("sa-slots")
     assert rec.state == "failed" and "offers 2 task slot(s)" in rec.status["error"]
     assert elapsed < 45, f"took {elapsed:.0f}s"
+
+
+def test_rebalance_on_the_standalone_cluster(spark_standalone, redis_url, capsys):
+    """2 slots: 3 workers refused before anything changes (naming 2 slots); 2 -> 1 relaunches the
+    barrier stage on one executor; exactly-once counts exact."""
+    import json
+
+    from examples.stateful_wordcount import counts_in_state
+    from examples.wordcount import true_counts
+    from topology_runtime.api.exit_codes import ExitCode
+    from topology_runtime.cli.main import main as cli
+    from topology_runtime.testing import wait_for
+
+    spark_standalone.wait_idle()
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    truth = true_counts(load_sentences(client, 6000))
+    eo = {"topology.state.provider": "redis", "topology.state.exactly.once": True,
+          "topology.state.checkpoint.interval.ms": 200, "topology.message.timeout.secs": 3,
+          "topology.max.spout.pending": 100}
+    cmd = [sys.executable, "-m", "topology_runtime.cli", "submit", "tests.spark_topologies:exactly_once_wordcount",
+           "--name", "sa-rb", "--master", spark_standalone.url, "--workers", "2", "--redis", redis_url,
+           "--progress-interval", "1", *[x for k, v in eo.items() for x in ("--conf", f"{k}={json.dumps(v)}")]]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_driver_env(),
+                            cwd=ROOT)
+    try:
+        cp = ControlPlane(redis_url)
+
+        def split_executed() -> int:
+            rec = cp.get("sa-rb")
+            return ((((rec.status or {}) if rec else {}).get("components") or {}).get("split") or {}).get("executed", 0)
+
+        assert wait_for(lambda: split_executed() > 300 or proc.poll() is not None, 180)
+        assert proc.poll() is None
+        assert cli(["rebalance", "sa-rb", "--workers", "3", "--redis", redis_url]) == ExitCode.REFUSED
+        assert "the cluster offers 2 task slot(s)" in capsys.readouterr().err
+        assert cli(["rebalance", "sa-rb", "--workers", "1", "--redis", redis_url]) == ExitCode.COMPLETED
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out[-4000:]
+    assert "launching 1 worker(s) as a barrier stage" in out, out[-4000:]
+    assert counts_in_state(redis_url, "sa-rb", "count", 2) == truth
