@@ -49,20 +49,15 @@ def topology():
     return build()
 
 
-def counts_in_state(url: str, topology_id: str, component: str = "count", parallelism: int | None = None) -> dict[str, int]:
-    """The committed counts of every task of ``component`` summed; ``parallelism`` as the id's
-    state records it unless given (each task's state is keyed by component and index)."""
-    from state import RedisKeyValueState
+def counts_in_state(url: str, topology_id: str, component: str = "count") -> dict[str, int]:
+    """The committed counts of every task of ``component`` summed (its tasks' own state and its
+    key groups, as the id's state records them)."""
     from state.connection import connect
-    from state.namespaces import recorded
+    from state.keyed_state import component_state
 
-    client = connect(url)
-    if parallelism is None:
-        parallelism = int(recorded(client, topology_id)[component]["parallelism"])
     out: dict[str, int] = {}
-    for index in range(parallelism):
-        for k, v in RedisKeyValueState(client, topology_id, component, index):
-            out[k] = out.get(k, 0) + v
+    for k, v in component_state(connect(url), topology_id, component):
+        out[k] = out.get(k, 0) + v
     return out
 
 

@@ -96,7 +96,11 @@ def with_fence(keys: Sequence[str], args: Sequence[Any], token: int | None) -> t
 
 def run(client: Any, key: str, commands: Sequence[Command], token: int | None) -> list:
     """``commands`` as one fenced script (in place of a MULTI); Fenced if a newer run owns ``key``'s slot."""
-    cmd = fenced(commands, key, token)
+    return execute(client, key, fenced(commands, key, token))
+
+
+def execute(client: Any, key: str, cmd: tuple) -> list:
+    """A ``fenced`` command run as the client's cached script; Fenced if refused."""
     script = getattr(client, "_fenced_exec", None)
     if script is None:  # cached per client: EVALSHA, the script's text sent once
         script = client._fenced_exec = client.register_script(FENCED_EXEC)

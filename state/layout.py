@@ -11,6 +11,8 @@ its commit is one atomic script on one node; the topology's control records shar
     topology:{ID:C/I}:state        hash   committed key -> value (msgpack)
     topology:{ID:C/I}:prepare      hash   prepared, uncommitted writes (deletes as tombstones)
     topology:{ID:C/I}:txid         hash   commit -> txid, prepare -> txid
+    topology:{ID:C#G}:state|prepare|txid  the same for key group G of a keyed component C
+                                          (state/keygroups.py), whichever task owns G
     topology:{ID:ctl}:checkpoint   hash   txid, state (COMMITTED | PREPARING | COMMITTING)
     topology:{ID:ctl}:namespaces   hash   stateful component -> JSON {"parallelism": N} (and
                                           "dropped": true once a run went on without it)
@@ -54,12 +56,14 @@ TOPOLOGY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 # PART: "ctl", an encoded "COMPONENT/INDEX", or a bare task number (the earlier layout: only
 # ``topology reset`` still looks at those, to remove them).
 _OWN_TAG = re.compile(
-    r"topology:\{(?P<id>[A-Za-z0-9][A-Za-z0-9_.-]{0,127}):(?P<part>ctl|[0-9]+|[^/{}]+/(?:0|[1-9][0-9]*))\}:.*", re.S)
-_PART = re.compile(r"(?P<component>[^/{}]+)/(?P<index>0|[1-9][0-9]*)")
+    r"topology:\{(?P<id>[A-Za-z0-9][A-Za-z0-9_.-]{0,127}):"
+    r"(?P<part>ctl|[0-9]+|[^/{}#]+/(?:0|[1-9][0-9]*)|[^/{}#]+#(?:0|[1-9][0-9]*))\}:.*", re.S)
+_PART = re.compile(r"(?P<component>[^/{}#]+)/(?P<index>0|[1-9][0-9]*)")
+_GROUP_PART = re.compile(r"(?P<component>[^/{}#]+)#(?P<group>0|[1-9][0-9]*)")
 # Escaped in a component id inside a key: the escape itself, what would end or confuse the hash
 # tag, the index separator, SCAN glob characters, and blanks / control characters (keys stay one
 # readable line). Everything else, non-ASCII letters included, stays as it is.
-_ESCAPED = frozenset("%{}/*?[]\\")
+_ESCAPED = frozenset("%{}/#*?[]\\")
 
 
 class InvalidTopologyId(ValueError):
@@ -101,6 +105,22 @@ def state_part(component: str, index: int) -> str:
     if not isinstance(component, str) or not component:
         raise ValueError(f"component id must be a non-empty string, got {component!r}")
     return f"{encode_component(component)}/{index}"
+
+
+def group_part(component: str, group: int) -> str:
+    """``COMPONENT#GROUP``: key group ``group``'s part of a keyed component's hash tags
+    (state/keygroups.py): its state, prepare and txid keys, owned by whichever task owns the group."""
+    if isinstance(group, bool) or not isinstance(group, int) or group < 0:
+        raise ValueError(f"key group must be an integer >= 0, got {group!r}")
+    if not isinstance(component, str) or not component:
+        raise ValueError(f"component id must be a non-empty string, got {component!r}")
+    return f"{encode_component(component)}#{group}"
+
+
+def parse_group_part(part: str) -> tuple[str, int] | None:
+    """(component, group) of a ``COMPONENT#GROUP`` part; None for anything else."""
+    m = _GROUP_PART.fullmatch(part)
+    return (decode_component(m["component"]), int(m["group"])) if m else None
 
 
 def parse_part(part: str) -> tuple[str, int] | None:

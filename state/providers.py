@@ -157,8 +157,27 @@ class RedisStateProvider(StateProvider):
         return self._client
 
     def new_state(self, namespace: str, conf: Mapping[str, Any], context: Any) -> KeyValueState:
-        from .namespaces import register_namespaces
         from .redis_kv import RedisKeyValueState
+
+        topology_id, component, index, client, keys, values = self._open(namespace, conf, context)
+        assert self._replication is not None  # set by bind() or _open
+        return RedisKeyValueState(client, topology_id, component, index, self._replication, self._token, keys, values)
+
+    def new_keyed_state(self, namespace: str, conf: Mapping[str, Any], context: Any, n_fields: int,
+                        n_groups: int) -> KeyValueState:
+        """The state of a keyed component's task (state/keygroups.py): a state per key group of
+        the task's range, plus the task's own for keys outside it."""
+        from .keyed_state import KeyGroupedState
+        from .keygroups import group_range
+
+        topology_id, component, index, client, keys, values = self._open(namespace, conf, context, n_groups)
+        assert self._replication is not None
+        groups = group_range(index, len(context.component_tasks(component)), n_groups)
+        return KeyGroupedState.open(client, topology_id, component, index, groups, n_groups, n_fields,
+                                    self._replication, self._token, keys, values)
+
+    def _open(self, namespace: str, conf: Mapping[str, Any], context: Any, key_groups: int | None = None) -> tuple:
+        from .namespaces import register_namespaces
         from .replication import Replication
 
         topology_id, component, index = split_namespace(namespace)
@@ -169,10 +188,9 @@ class RedisStateProvider(StateProvider):
             token = conf.get("topology.fencing.token")
             self._token = None if token is None else int(token)
         if context is not None:
-            register_namespaces(client, topology_id, component, len(context.component_tasks(component)))
+            register_namespaces(client, topology_id, component, len(context.component_tasks(component)), key_groups)
         keys, values = serializers(conf.get(CONFIG_KEY) or {})
-        assert self._replication is not None  # set by bind() or just above
-        return RedisKeyValueState(client, topology_id, component, index, self._replication, self._token, keys, values)
+        return topology_id, component, index, client, keys, values
 
     @classmethod
     def check_config(cls, config: Mapping[str, Any]) -> None:

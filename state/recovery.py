@@ -24,8 +24,10 @@ from .layout import (
     REGISTRY,
     TOPOLOGY_ID,
     ctl_key,
+    group_part,
     is_savepoint_key,
     owner_of,
+    parse_group_part,
     parse_part,
     settings_key,
     slot_key,
@@ -93,18 +95,34 @@ def _fmt(v: int | None) -> str:
 
 
 def _tasks(client: redis.Redis, topology_id: str) -> dict[str, tuple[str, bool]]:
-    """``COMPONENT/INDEX`` -> (component, dropped), from the namespace registry and by scanning
-    the task keys (the earlier layout's numbered tasks are no run's state any more: left out)."""
+    """``COMPONENT/INDEX`` and ``COMPONENT#GROUP`` -> (component, dropped), from the namespace
+    registry and by scanning the task keys. Left out: the earlier layout's numbered tasks (no
+    run's state any more) and a component's task slots past its registered parallelism (left by
+    a rescale to fewer tasks, empty of state: the check before it made sure)."""
     tasks: dict[str, tuple[str, bool]] = {}
-    for comp, entry in namespaces.recorded(client, topology_id).items():
+    registry = namespaces.recorded(client, topology_id)
+    for comp, entry in registry.items():
+        dropped = bool(entry.get("dropped"))
         for i in range(int(entry["parallelism"])):
-            tasks[state_part(comp, i)] = (comp, bool(entry.get("dropped")))
+            tasks[state_part(comp, i)] = (comp, dropped)
+        for g in range(int(entry.get("key_groups") or 0)):
+            tasks[group_part(comp, g)] = (comp, dropped)
     for k in client.scan_iter(match=task_pattern(topology_id), count=1000):
         owner = None if is_savepoint_key(k) else owner_of(k)  # a savepoint's copy is no task's state
-        parsed = parse_part(owner[1]) if owner is not None and owner[0] == topology_id else None
-        if parsed is not None and owner is not None:
-            tasks.setdefault(owner[1], (parsed[0], False))
-    return dict(sorted(tasks.items(), key=lambda kv: (kv[1][0], (parse_part(kv[0]) or ("", 0))[1])))
+        if owner is None or owner[0] != topology_id:
+            continue
+        parsed = parse_part(owner[1]) or parse_group_part(owner[1])
+        if parsed is None:
+            continue
+        registered = registry.get(parsed[0])
+        if registered is not None and parse_part(owner[1]) is not None and parsed[1] >= int(registered["parallelism"]):
+            continue
+        tasks.setdefault(owner[1], (parsed[0], False))
+
+    def order(kv: tuple[str, tuple[str, bool]]) -> tuple:
+        task = parse_part(kv[0])
+        return (kv[1][0], 0, task[1]) if task else (kv[1][0], 1, (parse_group_part(kv[0]) or ("", 0))[1])
+    return dict(sorted(tasks.items(), key=order))
 
 
 def _txids(client: redis.Redis, topology_id: str, part: str) -> tuple[int | None, int | None, int]:

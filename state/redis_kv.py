@@ -21,7 +21,7 @@ import redis
 from . import fencing
 from .fencing import FENCE_CHECK, with_fence
 from .keyvalue import KeyValueState, StateError
-from .layout import state_key
+from .layout import slot_key, state_part
 from .replication import NO_WAIT, Replication, atomic
 from .serializer import TOMBSTONE, Serializer, dumps, loads, serialize_with
 
@@ -62,10 +62,13 @@ _PLAIN = frozenset((str, int, float, bool, bytes, type(None)))  # msgpack-able a
 class RedisKeyValueState(KeyValueState):
     def __init__(self, client: redis.Redis, topology_id: str, component: str, index: int,
                  replication: Replication = NO_WAIT, token: int | None = None,
-                 key_serializer: Serializer | None = None, value_serializer: Serializer | None = None) -> None:
+                 key_serializer: Serializer | None = None, value_serializer: Serializer | None = None,
+                 part: str | None = None, txids: dict | None = None) -> None:
         """Task ``index`` (0 .. parallelism-1) of ``component``. ``token``: the run's fencing token (state/fencing.py). The task's slot is claimed for
         it before anything is read, so a stale run's later commits here are refused (Fenced).
-        ``key_serializer`` / ``value_serializer``: None is msgpack (with a fast path in ``put``)."""
+        ``key_serializer`` / ``value_serializer``: None is msgpack (with a fast path in ``put``).
+        ``part``: another slot than the task's own (a key group's, state/keyed_state.py);
+        ``txids``: its txid hash as already read, by a caller that claimed the slot itself."""
         self.redis = client
         self.key_serializer = key_serializer
         self.value_serializer = value_serializer
@@ -73,15 +76,17 @@ class RedisKeyValueState(KeyValueState):
         self.token = token
         self.topology_id = topology_id
         self.component, self.index = component, index
-        self.k_state = state_key(topology_id, component, index, "state")
-        self.k_prepare = state_key(topology_id, component, index, "prepare")
-        self.k_txid = state_key(topology_id, component, index, "txid")
+        part = part if part is not None else state_part(component, index)
+        self.k_state = slot_key(topology_id, part, "state")
+        self.k_prepare = slot_key(topology_id, part, "prepare")
+        self.k_txid = slot_key(topology_id, part, "txid")
         self._commit = client.register_script(COMMIT_SCRIPT)
         self._rollback = client.register_script(ROLLBACK_SCRIPT)
-        fencing.claim(client, self.k_txid, token)
         self._pending: dict = {}  # key -> value (or _DELETED) written since the last prepare
         self._view: dict | None = None  # key -> value as the bolt sees it (committed + prepared + pending)
-        txids = client.hgetall(self.k_txid)
+        if txids is None:
+            fencing.claim(client, self.k_txid, token)
+            txids = client.hgetall(self.k_txid)
         self.committed_txid = int(txids[b"commit"]) if b"commit" in txids else -1
         self.prepared_txid = int(txids[b"prepare"]) if b"prepare" in txids else None
 
@@ -93,7 +98,13 @@ class RedisKeyValueState(KeyValueState):
             pipe = self.redis.pipeline(transaction=True)
             pipe.hgetall(self.k_state)
             pipe.hgetall(self.k_prepare)
-            committed, prepared = pipe.execute()
+            self.loaded(*pipe.execute())
+        return self._view  # type: ignore[return-value]
+
+    def loaded(self, committed: dict, prepared: dict) -> None:
+        """Build the view from the state and prepare hashes as read (by ``_load``, or by a
+        caller that read many slots in one round trip)."""
+        if self._view is None:
             lk = loads if self.key_serializer is None else self.key_serializer.deserialize
             lv = loads if self.value_serializer is None else self.value_serializer.deserialize
             view = {lk(k): lv(v) for k, v in committed.items()}
@@ -108,7 +119,6 @@ class RedisKeyValueState(KeyValueState):
                 else:
                     view[k] = v
             self._view = view
-        return self._view
 
     def get(self, key: Any, default: Any = None) -> Any:
         view = self._view
@@ -150,7 +160,9 @@ class RedisKeyValueState(KeyValueState):
         return dumps(v, "value", k) if self.value_serializer is None else serialize_with(self.value_serializer, v, "value", k)
 
     # --- the protocol ------------------------------------------------------------------------
-    def prepare_commit(self, txid: int) -> None:
+    # Each step is a command (one script on the task's slot) and what follows once it ran, so a
+    # keyed task can send the steps of all its key groups in one pipeline (state/keyed_state.py).
+    def prepare_command(self, txid: int) -> tuple:
         if txid <= self.committed_txid:
             raise StateError(f"{self.component}[{self.index}]: prepare_commit({txid}) but txid {self.committed_txid} is committed")
         data = {self._dump_key(k): (TOMBSTONE if v is _DELETED else self._dump_value(k, v))
@@ -158,34 +170,50 @@ class RedisKeyValueState(KeyValueState):
         commands: list[tuple[Any, ...]] = (
             [("HSET", self.k_prepare, *(x for kv in data.items() for x in kv))] if data else [])
         commands.append(("HSET", self.k_txid, "prepare", txid))
-        if self.replication:
-            fencing.guarded(self.k_txid, atomic, self.redis, self.k_txid,
-                            [fencing.fenced(commands, self.k_txid, self.token)], self.replication)
-        else:
-            fencing.run(self.redis, self.k_txid, commands, self.token)
+        return fencing.fenced(commands, self.k_txid, self.token)
+
+    def prepared(self, txid: int) -> None:
         self._pending = {}
         self.prepared_txid = txid
 
-    def commit(self, txid: int) -> None:
+    def commit_command(self, txid: int) -> tuple:
         if self.prepared_txid != txid and self.committed_txid != txid:
             raise StateError(f"{self.component}[{self.index}]: commit({txid}) but the prepared txid is {self.prepared_txid}")
         keys, args = with_fence([self.k_state, self.k_prepare, self.k_txid], [txid, TOMBSTONE], self.token)
-        if self.replication:
-            fencing.guarded(self.k_txid, atomic, self.redis, self.k_txid,
-                            [("EVAL", COMMIT_SCRIPT, len(keys), *keys, *args)], self.replication)
-        else:
-            fencing.guarded(self.k_txid, self._commit, keys=keys, args=args)
+        return ("EVAL", COMMIT_SCRIPT, len(keys), *keys, *args)
+
+    def committed(self, txid: int) -> None:
         self.committed_txid = txid
         self.prepared_txid = None
 
-    def rollback(self) -> None:
+    def rollback_command(self) -> tuple:
         keys, args = with_fence([self.k_prepare, self.k_txid], [], self.token)
-        if self.replication:
-            fencing.guarded(self.k_txid, atomic, self.redis, self.k_txid,
-                            [("EVAL", ROLLBACK_SCRIPT, len(keys), *keys, *args)], self.replication)
-        else:
-            fencing.guarded(self.k_txid, self._rollback, keys=keys, args=args)
+        return ("EVAL", ROLLBACK_SCRIPT, len(keys), *keys, *args)
+
+    def rolled_back(self) -> None:
         self._pending = {}
         self._view = None  # back to the committed data, reloaded on next access
         self.prepared_txid = None
+
+    def _run(self, command: tuple) -> None:
+        if self.replication:
+            fencing.guarded(self.k_txid, atomic, self.redis, self.k_txid, [command], self.replication)
+        elif command[1] == fencing.FENCED_EXEC:
+            fencing.execute(self.redis, self.k_txid, command)
+        else:  # one of this state's scripts: EVALSHA, its text sent once
+            script = self._commit if command[1] == COMMIT_SCRIPT else self._rollback
+            n = command[2]
+            fencing.guarded(self.k_txid, script, keys=command[3:3 + n], args=command[3 + n:])
+
+    def prepare_commit(self, txid: int) -> None:
+        self._run(self.prepare_command(txid))
+        self.prepared(txid)
+
+    def commit(self, txid: int) -> None:
+        self._run(self.commit_command(txid))
+        self.committed(txid)
+
+    def rollback(self) -> None:
+        self._run(self.rollback_command())
+        self.rolled_back()
 

@@ -28,8 +28,10 @@ from .checkpoint import COMMITTED, CheckPointState, load_checkpoint, save_checkp
 from .layout import (
     check_topology_id,
     ctl_key,
+    group_part,
     is_savepoint_key,
     owner_of,
+    parse_group_part,
     parse_part,
     savepoint_key,
     savepoints_key,
@@ -70,8 +72,9 @@ class Manifest:
     time: str
     components: dict[str, int]
     settings: dict[str, str] = field(default_factory=dict)  # the settings record, as stored
-    parts: list[str] = field(default_factory=list)  # COMPONENT/INDEX of every copied state hash
+    parts: list[str] = field(default_factory=list)  # COMPONENT/INDEX (or COMPONENT#GROUP) of every copied state hash
     tx: list[str] = field(default_factory=list)  # the transactional records copied (NAME of tx:NAME)
+    key_groups: dict[str, int] = field(default_factory=dict)  # keyed components -> their number of key groups
 
     def describe(self) -> str:
         comps = ", ".join(f"{c}={n}" for c, n in sorted(self.components.items())) or "no stateful components"
@@ -118,6 +121,7 @@ def take(client: redis.Redis, topology_id: str, name: str | None = None) -> Mani
     registry = namespaces.recorded(client, topology_id)
     # A dropped component took no part in later checkpoints: its state is no part of this cut.
     components = {c: int(e["parallelism"]) for c, e in registry.items() if not e.get("dropped")}
+    key_groups = {c: int(e["key_groups"]) for c, e in registry.items() if c in components and e.get("key_groups")}
     tx_names = sorted(_s(k)[len(tx_key(topology_id, "")):]
                       for k in client.scan_iter(match=tx_key(topology_id, "*"), count=1000))
     if cp.txid < 0 and not tx_names and not any(
@@ -127,8 +131,7 @@ def take(client: redis.Redis, topology_id: str, name: str | None = None) -> Mani
                                "nothing to save (a topology without checkpointed state needs no savepoint)")
     parts = []
     for c, n in sorted(components.items()):
-        for i in range(n):
-            part = state_part(c, i)
+        for part in [state_part(c, i) for i in range(n)] + [group_part(c, g) for g in range(key_groups.get(c, 0))]:
             src, dst = slot_key(topology_id, part, "state"), savepoint_key(topology_id, part, name, "state")
             if client.copy(src, dst, replace=True):
                 parts.append(part)
@@ -141,7 +144,7 @@ def take(client: redis.Redis, topology_id: str, name: str | None = None) -> Mani
                                f"({cp} -> {after}); nothing was kept, try again")
     settings = {_s(k): _s(v) for k, v in client.hgetall(settings_key(topology_id)).items()}
     m = Manifest(name, topology_id, cp.txid, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), components,
-                 settings, parts, tx_names)
+                 settings, parts, tx_names, key_groups)
     client.hset(savepoints_key(topology_id), name, json.dumps(asdict(m)))
     return m
 
@@ -181,17 +184,29 @@ def check_components(m: Manifest, target: str, components: namespaces.StateCompo
     component starts empty; a saved one missing from the code is refused unless allowed; a
     changed parallelism is refused. StateComponentsChanged, before anything is written."""
     now = components.parallelism
-    changed = [(c, p, now[c]) for c, p in m.components.items() if c in now and now[c] != p]
+    own = {c for c, _ in filter(None, (parse_part(p) for p in m.parts))}  # state outside key groups
+    grouped = {c for c, _ in filter(None, (parse_group_part(p) for p in m.parts))}
+    # A keyed component whose state is all in key groups takes any parallelism (state/keygroups.py);
+    # a run must look for saved state where it was saved: by task, or in as many key groups.
+    changed = [(c, p, now[c]) for c, p in m.components.items() if c in now and (
+        (c in grouped and m.key_groups.get(c) != components.key_groups.get(c))
+        or (c in own and (now[c] != p or m.key_groups.get(c) != components.key_groups.get(c))))]
     missing = [(c, p, None) for c, p in m.components.items() if c not in now]
     refused = changed + ([] if components.allow_dropped else missing)
     if not refused:
         return
-    lines = [f"stateful component {c!r}: saved with parallelism {p}, this run has {n}" if n is not None else
+    def groups(g: int | None) -> str:
+        return f" in {g} key groups" if g else ""
+
+    lines = [f"stateful component {c!r}: saved with parallelism {p}{groups(m.key_groups.get(c))}"
+             f"{' with state outside key groups' if c in own else ''}, this run has {n}"
+             f"{groups(components.key_groups.get(c))}" if n is not None else
              f"stateful component {c!r} has state in the savepoint (parallelism {p}) but is not in this topology"
              for c, p, n in refused]
     how = []
     if changed:
-        how.append("run the components named with their saved parallelism")
+        how.append("run the components named with their saved parallelism and key groups (docs/state.md, "
+                   "\"Key groups\")")
     if missing and not components.allow_dropped:
         how.append(f"to go on without the missing components set --conf {namespaces.ALLOW_DROPPED_KEY}=true "
                    "(--allow-dropped-state)")
@@ -239,9 +254,11 @@ def restore(client: redis.Redis, source: str, name: str, target: str,
             raise SavepointRefused(f"savepoint {ref}: the copy of task {part} is missing (deleted by hand?); "
                                    "nothing of it can be trusted")
         client.restore(slot_key(target, part, "state"), 0, blob, replace=True)
+    now = dict(components.parallelism) if components is not None else {}
     for c, n in m.components.items():
-        for i in range(n):  # every task of the cut committed this txid, empty ones too
-            client.hset(slot_key(target, state_part(c, i), "txid"), "commit", m.txid)
+        n = now.get(c, n)  # a keyed component may start with another number of tasks
+        for part in [state_part(c, i) for i in range(n)] + [group_part(c, g) for g in range(m.key_groups.get(c, 0))]:
+            client.hset(slot_key(target, part, "txid"), "commit", m.txid)  # every part of the cut, empty ones too
     for t in m.tx:
         blob = client.dump(savepoint_key(source, "ctl", name, f"tx:{t}"))
         if blob is not None:
@@ -251,7 +268,8 @@ def restore(client: redis.Redis, source: str, name: str, target: str,
         settings: dict[Any, Any] = dict(m.settings)
         client.hset(settings_key(target), mapping=settings)
     if m.components:
-        registry: dict[Any, Any] = {c: json.dumps({"parallelism": p}) for c, p in m.components.items()}
+        registry: dict[Any, Any] = {c: json.dumps({"parallelism": now.get(c, p), **(
+            {"key_groups": m.key_groups[c]} if c in m.key_groups else {})}) for c, p in m.components.items()}
         client.hset(namespaces.registry_key(target), mapping=registry)
     save_checkpoint(client, target, CheckPointState(m.txid, COMMITTED))
     client.hset(ctl_key(target, "checkpoint"), RESTORED_FIELD, ref)

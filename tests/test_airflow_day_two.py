@@ -59,6 +59,17 @@ def test_rebalance_dag_rebalances_pauses_and_resumes_a_live_run(airflow_db, redi
             lines = [e["event"] % e["positional_args"] if e.get("positional_args") else e["event"] for e in logs]
             assert "done: af-rb: running on 2 worker(s) (ticks=2, count=2)" in lines, lines
             assert shape == {"state": "running", "workers": 2, "parallelism": {"ticks": 2, "count": 2}}
+            # Rescale: the stateless spout through the form's object; the shuffled (not keyed)
+            # stateful count is refused, naming it and a key its state holds.
+            dr = dag.test(run_conf={"topology_id": "af-rb", "action": "rebalance", "workers": None,
+                                    "parallelism": {"ticks": 3}})
+            assert dr.state == "success", _states(dr)
+            assert run.status().parallelism == {"ticks": 3, "count": 2} and run.status().workers == 2
+            refused = RebalanceTopologyOperator(task_id="rb", topology_id="af-rb", parallelism="count=3",
+                                                redis_url=redis_url)
+            with pytest.raises(AirflowFailException, match="stateful component 'count'.*not keyed.*key "):
+                refused.execute({})
+            assert run.status().parallelism == {"ticks": 3, "count": 2} and run.status().state == "running"
 
             dr = dag.test(run_conf={"topology_id": "af-rb", "action": "pause", "workers": 3})
             assert dr.state == "success", _states(dr)

@@ -70,11 +70,11 @@ def test_driver_killed_during_a_day_two_operation(redis_url, operation):
     again = subprocess.run(_cmd(name, redis_url, workers=3), cwd=ROOT, env=ENV, capture_output=True, text=True,
                            timeout=240)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert counts_in_state(redis_url, name, "count", 2) == truth  # nothing lost, nothing counted twice
+    assert counts_in_state(redis_url, name, "count") == truth  # nothing lost, nothing counted twice
     if operation == "savepoint":
         saved = [m.name for m in savepoints.list_savepoints(client, name)]
         if saved:  # the crash let it finish: a consistent cut, restored to exact counts
             restored = subprocess.run(_cmd(f"{name}-restored", redis_url, extra=("--from-savepoint", f"{name}/mid")),
                                       cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=240)
             assert restored.returncode == 0, restored.stderr[-3000:]
-            assert counts_in_state(redis_url, f"{name}-restored", "count", 2) == truth
+            assert counts_in_state(redis_url, f"{name}-restored", "count") == truth

@@ -69,10 +69,12 @@ def test_what_rebalance_refuses(redis_url, capsys):
     with LocalCluster(workers=1, redis_url=redis_url) as cluster:
         run = cluster.submit("rb-refuse", wordcount(slow=True), {"redis.url": redis_url})
         try:
-            assert cli(["rebalance", "rb-refuse", "--parallelism", "split=3", "--redis", redis_url]) == ExitCode.REFUSED
-            assert "--parallelism is not available" in capsys.readouterr().err
-            with pytest.raises(TopologyError, match="parallelism"):
-                run.rebalance(parallelism={"split": 3})
+            assert cli(["rebalance", "rb-refuse", "--parallelism", "splt=3", "--redis", redis_url]) == ExitCode.REFUSED
+            assert "no component 'splt'" in capsys.readouterr().err
+            assert cli(["rebalance", "rb-refuse", "--parallelism", "split=0", "--redis", redis_url]) == ExitCode.INVALID
+            assert cli(["rebalance", "rb-refuse", "--redis", redis_url]) == ExitCode.INVALID
+            with pytest.raises(TopologyError, match="parallelism must be an integer >= 1"):
+                run.rebalance(parallelism={"split": 0})
             with pytest.raises(ValueError, match="workers must be an integer >= 1, got 0"):
                 run.rebalance(workers=0)
         finally:

@@ -1,4 +1,5 @@
-"""Fields grouping's picker: the same task for the same key in every process, memo or not."""
+"""Fields grouping's picker: the same task for the same key in every process, memo or not: the
+task owning the key's group (state/keygroups.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from topology_runtime.transport.wire import field_hash
 from topology_runtime.worker import routing
 
 
-def _plain(tasks, idx):
-    return lambda values: [tasks[field_hash(values, idx) % len(tasks)]]
+def _plain(tasks, idx, groups=128):
+    return lambda values: [tasks[(field_hash(values, idx) % groups) * len(tasks) // groups]]
 
 
 def test_fields_picker_memo_agrees_with_the_hash_for_every_key_type(monkeypatch):

@@ -25,12 +25,12 @@ CONF = {"topology.state.provider": "redis", "topology.state.exactly.once": True,
         "topology.max.spout.pending": 100}
 
 
-def wordcount(bounded: bool, extra: bool = False):
+def wordcount(bounded: bool, extra: bool = False, count: int = 2):
     """v1: sentences -> split -> count; v2 (``extra``) adds a second stateful counter."""
     b = TopologyBuilder()
     b.set_spout("sentences", RedisStreamReplaySpout(STREAM, fields=["sentence"], bounded=bounded, batch_size=50), 2)
     b.set_bolt("split", SlowSplit(), 2).shuffle_grouping("sentences")
-    b.set_bolt("count", StatefulWordCount(), 2).fields_grouping("split", ["word"])
+    b.set_bolt("count", StatefulWordCount(), count).fields_grouping("split", ["word"])
     if extra:
         b.set_bolt("count2", StatefulWordCount(), 1).fields_grouping("split", ["word"])
     return b.create_topology()
@@ -105,11 +105,13 @@ def test_savepoint_of_a_live_run(redis_url, redis_client):
         run.kill(drain=True, timeout=60)
     m = savepoints.get(redis_client, "wc-live", "mid")
     assert 0 <= m.txid and sum(counts_in_state(redis_url, "wc-live").values()) == sum(truth.values())
-    # The savepoint is a consistent cut: resumed from its positions, the counts come out exact.
-    for sp in ("mid", "mid2"):
+    # The savepoint is a consistent cut: resumed from its positions, the counts come out exact,
+    # also with the keyed count on 3 tasks instead of 2 (its state handed over by key group).
+    assert m.key_groups == {"count": 128}
+    for sp, count in (("mid", 2), ("mid2", 3)):
         with LocalCluster(workers=2, redis_url=redis_url) as cluster:
-            status = cluster.run(f"wc-from-{sp}", wordcount(True), {"redis.url": redis_url, **CONF}, timeout=240,
-                                 from_savepoint=f"wc-live/{sp}")
+            status = cluster.run(f"wc-from-{sp}", wordcount(True, count=count), {"redis.url": redis_url, **CONF},
+                                 timeout=240, from_savepoint=f"wc-live/{sp}")
         assert status.state == "completed", status.error
         assert counts_in_state(redis_url, f"wc-from-{sp}") == truth
 

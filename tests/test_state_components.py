@@ -22,9 +22,23 @@ from topology_runtime.api.exit_codes import ExitCode
 CONF = {"topology.state.provider": "redis", "topology.state.checkpoint.interval.ms": 200}
 
 
+def shuffled(parallelism: int = 2):
+    """A word count whose stateful bolt is shuffle-grouped: its state is by task, not by key."""
+    from examples.stateful_wordcount import StatefulWordCount
+    from examples.wordcount import STREAM, SplitSentence
+    from topology_runtime import TopologyBuilder
+    from topology_runtime.connectors import RedisStreamSpout
+
+    b = TopologyBuilder()
+    b.set_spout("sentences", RedisStreamSpout(STREAM, fields=["sentence"], bounded=True), 1)
+    b.set_bolt("split", SplitSentence(), 2).shuffle_grouping("sentences")
+    b.set_bolt("count", StatefulWordCount(), parallelism).shuffle_grouping("split")
+    return b.create_topology()
+
+
 def wordcount_count3():
-    """The word count with its stateful bolt at parallelism 3 (for `topology run MODULE:ATTR`)."""
-    return build(parallelism=3, split=2)
+    """The shuffled word count with its stateful bolt at parallelism 3 (for `topology run MODULE:ATTR`)."""
+    return shuffled(3)
 
 
 _count3 = wordcount_count3
@@ -57,7 +71,7 @@ def test_a_stateless_components_parallelism_change_resumes_the_counts(redis_url)
     with LocalCluster(workers=2, redis_url=redis_url) as cluster:
         first = cluster.submit(name, build(parallelism=2, split=1), {"redis.url": redis_url, **CONF})
         assert first.wait(120).state == "completed"
-        assert recorded(client, name) == {"count": {"parallelism": 2}}
+        assert recorded(client, name) == {"count": {"parallelism": 2, "key_groups": 128}}
         truth2 = true_counts(load_sentences(client, 400, seed=8))
         again = cluster.submit(name, build(parallelism=2, split=3), {"redis.url": redis_url, **CONF})
         assert again.wait(120).state == "completed", again.status().error
@@ -65,6 +79,26 @@ def test_a_stateless_components_parallelism_change_resumes_the_counts(redis_url)
     assert first.plan.component_tasks["count"] != again.plan.component_tasks["count"]
     assert counts_in_state(redis_url, name, "count") == _sum(truth, truth2)  # exact: resumed, nothing lost
     assert not client.keys(f"topology:{{{name}:[0-9]*}}:*")  # nothing under task numbers
+
+
+def test_a_keyed_stateful_component_resumes_its_counts_on_another_parallelism(redis_url):
+    """Its input fields-grouped on the word, its state keys the words: state lives by key group,
+    so a resubmit with 3 tasks (then 1) finds every count where fields grouping sends the word."""
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    name = "sc-keyed"
+    truth = true_counts(load_sentences(client, 300))
+    conf = {"redis.url": redis_url, **CONF}
+    with LocalCluster(workers=2, redis_url=redis_url) as cluster:
+        assert cluster.run(name, build(parallelism=2), conf, timeout=120).state == "completed"
+        for n, seed in ((3, 8), (1, 9)):
+            more = true_counts(load_sentences(client, 300, seed=seed))
+            truth = _sum(truth, more)
+            run = cluster.submit(name, build(parallelism=n), conf)
+            assert run.wait(120).state == "completed", run.status().error
+            assert recorded(client, name)["count"] == {"parallelism": n, "key_groups": 128}
+            assert counts_in_state(redis_url, name, "count") == truth  # exact: every count found, nothing lost
+    # Every count lives in a key group; the tasks' own slots hold none.
+    assert not [k for k in client.keys(f"topology:{{{name}:count/*}}:state")]
 
 
 def test_a_stateful_components_parallelism_change_is_refused_before_any_worker(redis_url, capsys):
@@ -78,13 +112,14 @@ def test_a_stateful_components_parallelism_change_is_refused_before_any_worker(r
     load_sentences(client, 100)
     conf = {"redis.url": redis_url, **CONF}
     with LocalCluster(workers=2, redis_url=redis_url) as cluster:
-        assert cluster.run(name, build(parallelism=2), conf, timeout=120).state == "completed"
+        assert cluster.run(name, shuffled(2), conf, timeout=120).state == "completed"
         before = _run_record(client, name)
         with pytest.raises(StateComponentsChanged) as e:
             cluster.submit(name, _count3(), conf)
         assert multiprocessing.active_children() == []  # no worker forked
     text = str(e.value)
     assert "stateful component 'count'" in text and "parallelism 2" in text and "parallelism 3" in text
+    assert "not keyed by its grouping values (key '" in text  # one key its state holds
     assert f"topology reset {name}" in text and "nothing was started" in text
     assert e.value.differences == [("count", 2, 3)]
     assert _run_record(client, name) == before and not client.exists(ctl_key(name, "lease"))
@@ -115,7 +150,7 @@ def test_a_dropped_or_renamed_stateful_component(redis_url):
     conf = {"redis.url": redis_url, **CONF}
     with LocalCluster(workers=2, redis_url=redis_url) as cluster:
         assert cluster.run(name, build(), conf, timeout=120).state == "completed"
-        old = {k: client.dump(k) for k in client.keys(f"topology:{{{name}:count/*}}:*")}
+        old = {k: client.dump(k) for k in client.keys(f"topology:{{{name}:count[/#]*}}:*")}
         assert old and counts_in_state(redis_url, name, "count") == truth
         # Renamed in new code: refused (it would start empty while "count" keeps state) ...
         with pytest.raises(StateComponentsChanged) as e:
@@ -127,8 +162,9 @@ def test_a_dropped_or_renamed_stateful_component(redis_url):
         run = cluster.submit(name, build(count="tally"), {**conf, "topology.state.allow.dropped": True})
         assert run.wait(120).state == "completed", run.status().error
         assert counts_in_state(redis_url, name, "tally") == truth2  # nothing of "count"'s
-        assert {k: client.dump(k) for k in client.keys(f"topology:{{{name}:count/*}}:*")} == old
-        assert recorded(client, name) == {"count": {"parallelism": 2, "dropped": True}, "tally": {"parallelism": 2}}
+        assert {k: client.dump(k) for k in client.keys(f"topology:{{{name}:count[/#]*}}:*")} == old
+        assert recorded(client, name) == {"count": {"parallelism": 2, "key_groups": 128, "dropped": True},
+                                          "tally": {"parallelism": 2, "key_groups": 128}}
         # Asked once: a later run without it and without the key goes on.
         assert cluster.run(name, build(count="tally"), conf, timeout=120).state == "completed"
     keys = client.keys(f"topology:{{{name}:*")

@@ -60,10 +60,11 @@ class ResumeTopologyOperator(_DayTwoOperator):
 
 
 class RebalanceTopologyOperator(_DayTwoOperator):
-    """Move a live run onto ``workers`` worker processes (its spouts pause while in-flight trees
-    drain, at most ``timeout`` s; every worker restarts with the same tasks and state). Waits until
-    it runs on the new number; pushes its shape to XCom. ``parallelism`` changes are refused in
-    this version, and so is a run on Spark (the log says what to do instead)."""
+    """Move a live run onto ``workers`` worker processes (None: as many as now) and give the
+    components in ``parallelism`` (component -> tasks, or ``"C=N,C2=M"``) that many tasks: its
+    spouts pause while in-flight trees drain, at most ``timeout`` s; every worker restarts with the
+    state (a keyed component's by key group). Waits until it runs in the new shape; pushes it to
+    XCom. A rescale the state does not allow fails the task, naming the component and a key."""
 
     template_fields: Sequence[str] = ("topology_id", "workers", "parallelism", "timeout", "redis_url")
 
@@ -77,14 +78,46 @@ class RebalanceTopologyOperator(_DayTwoOperator):
     def execute(self, context: Any) -> dict:
         from topology_runtime.control import day_two
 
-        return self._request(f"rebalance to {self.workers} worker(s)", lambda cp: day_two.rebalance(
-            cp, self.topology_id, _count(self.workers), dict(self.parallelism or {}), self.timeout, self.wait))
+        parallelism = _parallelism(self.parallelism)
+        what = "rebalance to " + ", ".join(([f"{self.workers} worker(s)"] if self.workers not in (None, "") else [])
+                                           + [f"{c}={n}" for c, n in parallelism.items()])
+        return self._request(what, lambda cp: day_two.rebalance(
+            cp, self.topology_id, _count(self.workers), parallelism, self.timeout, self.wait))
+
+
+def _parallelism(v: Any) -> dict[str, int]:
+    """Component -> tasks from a dict, JSON text or ``"C=N,C2=M"`` (a rendered template);
+    ValueError naming what is wrong."""
+    import json
+
+    if v in (None, "", {}):
+        return {}
+    if isinstance(v, str):
+        text = v.strip()
+        if text.startswith("{"):
+            v = json.loads(text)
+        else:
+            pairs = [p.partition("=") for p in text.split(",") if p.strip()]
+            if any(not sep for _, sep, _ in pairs):
+                raise ValueError(f"parallelism: expected COMPONENT=N[,COMPONENT=N], got {text!r}")
+            v = {c.strip(): n.strip() for c, _, n in pairs}
+    if not isinstance(v, dict):
+        raise ValueError(f"parallelism: expected component -> number of tasks, got {v!r}")
+    out = {}
+    for c, n in v.items():
+        try:
+            out[str(c)] = int(n)
+        except (TypeError, ValueError):
+            raise ValueError(f"parallelism of {c!r}: expected an integer, got {n!r}") from None
+    return out
 
 
 def _count(v: int | str | None) -> int | None:
     """A worker count given as a number or a rendered template string (ValueError naming it)."""
     if v is None or isinstance(v, int):
         return v
+    if str(v).strip() in ("", "None"):
+        return None
     try:
         return int(str(v).strip())
     except ValueError:

@@ -18,11 +18,12 @@ def add_parsers(sub: argparse._SubParsersAction, redis_url: Callable[[argparse.N
         p.add_argument("--wait", type=float, default=15.0, help="seconds to wait for the run to confirm")
         p.add_argument("--redis")
         p.set_defaults(func=lambda args, paused=paused: cmd_pause(args, paused, redis_url))
-    rb = sub.add_parser("rebalance", help="go on with another number of worker processes (state and counts carry over)")
+    rb = sub.add_parser("rebalance", help="go on with other numbers of workers or tasks (state and counts carry over)")
     rb.add_argument("id")
     rb.add_argument("--workers", type=int, help="the new number of worker processes")
     rb.add_argument("--parallelism", action="append", metavar="COMPONENT=N",
-                    help="a component's new number of tasks (not available in this version)")
+                    help="a component's new number of tasks: any stateless component, a stateful one whose state "
+                         "is keyed by its fields grouping (docs/state.md); repeat for several")
     rb.add_argument("--timeout", type=float, default=None,
                     help="seconds the spouts may take to drain in-flight trees first (default: the message timeout)")
     rb.add_argument("--wait", type=float, default=120.0, help="seconds to wait for the new shape to run")
@@ -68,9 +69,18 @@ def cmd_rebalance(args: argparse.Namespace, redis_url: Callable[[argparse.Namesp
 
     parallelism = {}
     for item in args.parallelism or []:
-        comp, _, n = item.partition("=")
-        parallelism[comp] = coerce_cli_value(n)
+        comp, sep, n = item.partition("=")
+        value = coerce_cli_value(n)
+        if not sep or not comp or isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            print(f"error: --parallelism {item!r}: expected COMPONENT=N with N an integer >= 1", file=sys.stderr)
+            return ExitCode.INVALID
+        parallelism[comp] = value
+    if args.workers is None and not parallelism:
+        print("error: rebalance needs --workers N and/or --parallelism COMPONENT=N", file=sys.stderr)
+        return ExitCode.INVALID
     cp = ControlPlane(redis_url(args))
-    print(f"rebalance of {args.id!r} to {args.workers} worker(s) requested; the spouts pause while in-flight "
+    shape = ([f"{args.workers} worker(s)"] if args.workers is not None else []) + [
+        f"{c}={n}" for c, n in parallelism.items()]
+    print(f"rebalance of {args.id!r} to {', '.join(shape)} requested; the spouts pause while in-flight "
           "trees drain, then every worker restarts", flush=True)
     return _outcome(lambda: day_two.rebalance(cp, args.id, args.workers, parallelism, args.timeout, args.wait))

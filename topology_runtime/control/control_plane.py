@@ -289,6 +289,10 @@ class ControlPlane:
         except fencing.Fenced as e:
             raise LeaseLost(f"topology {owner_of(key)[0]!r}: run with token {token} is fenced off: {e}") from e
 
+    def record_state(self, topology_id: str, token: int, commands: list) -> None:
+        """Commands on the id's control records (its stateful components), fenced by ``token``."""
+        self._fenced(ctl_key(topology_id, "run"), token, commands)
+
     def kill_request(self, topology_id: str) -> str | None:
         return self.redis.get(ctl_key(topology_id, "kill"))
 
@@ -297,13 +301,16 @@ class ControlPlane:
         v = self.redis.getdel(ctl_key(topology_id, "rebalance"))
         return None if v is None else json.loads(v)
 
-    def request_rebalance(self, topology_id: str, workers: int, timeout: float | None = None) -> bool:
-        """Ask the live run to go on with ``workers`` workers; False if no run of that id is live."""
+    def request_rebalance(self, topology_id: str, workers: int | None, timeout: float | None = None,
+                          parallelism: dict[str, int] | None = None) -> bool:
+        """Ask the live run to go on with ``workers`` workers (None: as many as now) and, for the
+        components in ``parallelism``, that many tasks; False if no run of that id is live."""
         if not self.redis.exists(ctl_key(topology_id, "lease")):
             return False
         pipe = self.redis.pipeline(transaction=True)
         pipe.delete(ctl_key(topology_id, "rebalance-refused"))
-        pipe.set(ctl_key(topology_id, "rebalance"), json.dumps({"workers": workers, "timeout": timeout}), ex=3600)
+        pipe.set(ctl_key(topology_id, "rebalance"), json.dumps({"workers": workers, "timeout": timeout,
+                                                                    "parallelism": parallelism or {}}), ex=3600)
         pipe.execute()
         return True
 

@@ -75,27 +75,37 @@ def pause(cp: ControlPlane, name: str, paused: bool, wait: float = 15.0) -> Shap
 
 def rebalance(cp: ControlPlane, name: str, workers: int | None, parallelism: dict[str, int] | None = None,
               timeout: float | None = None, wait: float = 120.0) -> Shape:
-    """Move the run onto ``workers`` worker processes and wait until it runs there."""
-    if parallelism:
-        raise Refused("rebalance --parallelism is not available in this version: only --workers "
-                      "(a component's tasks keep their ids and state)")
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+    """Move the run onto ``workers`` worker processes (None: as many as now) and give the
+    components in ``parallelism`` that many tasks; wait until it runs so."""
+    parallelism = dict(parallelism or {})
+    if workers is None and not parallelism:
+        raise ValueError("rebalance needs --workers N or --parallelism COMPONENT=N")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ValueError(f"rebalance needs workers >= 1, got {workers!r}")
+    for c, n in parallelism.items():
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"rebalance --parallelism {c}={n!r}: the number of tasks must be an integer >= 1")
     rec = _live(cp, name, "rebalance")
     before = Shape.of(rec)
-    if before.workers == workers:
+    want_workers = before.workers if workers is None else workers
+    if before.workers == want_workers and all(before.parallelism.get(c) == n for c, n in parallelism.items()):
         return before
-    if not cp.request_rebalance(name, workers, timeout):
+    if not cp.request_rebalance(name, workers, timeout, parallelism):
         raise NotLive(f"{name!r} stopped before the rebalance was asked")
-    undo = f"topology rebalance {name} --workers {before.workers}"
+    undo = f"topology rebalance {name} --workers {before.workers}" + "".join(
+        f" --parallelism {c}={before.parallelism.get(c)}" for c in parallelism if c in before.parallelism)
 
     def done(r: RunRecord) -> bool:
         refused = cp.rebalance_refusal(name)
         if refused is not None:  # the driver said no before changing anything
             raise Refused(f"{name!r}: {refused}")
-        return (r.status or {}).get("worker_count") == workers and r.state == "running"
+        st = r.status or {}
+        shape = st.get("parallelism") or {}
+        return (st.get("worker_count") == want_workers and all(shape.get(c) == n for c, n in parallelism.items())
+                and r.state == "running")
 
-    return _wait(cp, name, wait, done, f"rebalance to {workers} worker(s)", undo)
+    what = f"rebalance to {want_workers} worker(s)" + "".join(f", {c}={n}" for c, n in parallelism.items())
+    return _wait(cp, name, wait, done, what, undo)
 
 
 def savepoint(cp: ControlPlane, name: str, savepoint_name: str | None = None, wait: float = 120.0):

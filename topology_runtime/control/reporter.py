@@ -79,14 +79,14 @@ class RunReporter:
     def __init__(self, sup: RunSupervisor, control: ControlPlane | None = None, token: int | None = None,
                  progress_interval: float | None = None, out: TextIO | None = None,
                  info: Callable[[], dict] | None = None,
-                 rebalancer: Callable[[int, float | None], str | None] | None = None) -> None:
+                 rebalancer: Callable[[int | None, float | None, dict[str, int]], str | None] | None = None) -> None:
         self.sup = sup
         self.control = control
         self.token = token
         self.progress_interval = progress_interval
         self.out = out or sys.stdout
         self.info = info
-        # The launcher's rebalance: (workers, drain timeout) -> None when under way, else why not.
+        # The launcher's rebalance: (workers, drain timeout, parallelism) -> None when under way, else why not.
         self.rebalancer = rebalancer
         now = time.monotonic()
         self._next_kill = now
@@ -140,12 +140,12 @@ class RunReporter:
             refused: str | None = "this launcher cannot rebalance a live run"
         else:
             try:
-                refused = self.rebalancer(req.get("workers"), req.get("timeout"))  # type: ignore[arg-type]
+                refused = self.rebalancer(req.get("workers"), req.get("timeout"), dict(req.get("parallelism") or {}))
             except ValueError as e:
                 refused = str(e)
         if refused is not None:
-            log.warning("run %s: rebalance to %s worker(s) refused: %s; nothing changed", self.sup.name,
-                        req.get("workers"), refused)
+            log.warning("run %s: rebalance to %s worker(s) %s refused: %s; nothing changed", self.sup.name,
+                        req.get("workers"), req.get("parallelism") or "", refused)
             assert self.control is not None
             self.control.refuse_rebalance(self.sup.name, refused)
 

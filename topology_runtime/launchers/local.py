@@ -12,13 +12,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from state.layout import check_topology_id
-from state.namespaces import ALLOW_DROPPED_KEY, StateComponents
+from state.namespaces import StateComponents
 from state.settings import state_settings, writes_state
 
 from ..api.builder import Topology, TopologyError
 from ..api.config import layered, resolve_config
 from ..api.status import FAILED, FINAL_STATES, RunStatus
-from ..plan.planner import Plan, build_plan, replan
+from ..control.rescale import checked_rescale, plan_rescale, record_components, state_components
+from ..plan.planner import Plan, build_plan
 from ..supervisor.run_supervisor import RunSupervisor
 from ..worker.process import run_worker
 from ..worker.worker import WorkerSpec
@@ -72,7 +73,7 @@ def state_of(plan: Plan) -> tuple[dict[str, Any], bool, StateComponents]:
     """(the run's state settings, whether it writes state that outlives it, its stateful
     components): what the control plane checks against the settings and components the id's
     committed state was written with."""
-    components = StateComponents(plan.state_components(), bool(plan.conf.get(ALLOW_DROPPED_KEY)))
+    components = state_components(plan)
     return state_settings(plan.conf), writes_state(plan.conf, plan.stateful), components
 
 
@@ -196,16 +197,28 @@ class LocalRun:
         for i in list(self.procs):
             self._start(i, self.incarnations[i] + 1)
 
-    def _rebalance_request(self, workers: int, timeout: float | None) -> str | None:
-        self.supervisor.request_rebalance(workers, timeout)  # ValueError: a bad worker count
+    def _rebalance_request(self, workers: int | None, timeout: float | None,
+                           parallelism: dict[str, int] | None = None) -> str | None:
+        """None once under way, else why not (nothing changed): a rescale the id's state does not
+        allow is refused here, before the spouts pause."""
+        _, refused = plan_rescale(self.control, self.name, self.plan, workers or self.plan.workers, parallelism)
+        if refused is not None:
+            return refused
+        self.supervisor.request_rebalance(workers, timeout, parallelism)  # ValueError: a bad worker count
         return None
 
-    def _rebalance(self, workers: int) -> None:
-        """Stop every worker, then start ``workers`` of them with the same tasks (replan)."""
+    def _rebalance(self, workers: int, parallelism: dict[str, int]) -> None:
+        """Stop every worker, then start ``workers`` of them: the same tasks (replan), or after a
+        rescale the new numbers (checked again now: state may have changed while draining)."""
         self._stop_all()
-        plan = replan(self.plan, workers)
+        plan, refused = plan_rescale(self.control, self.name, self.plan, workers, parallelism)
+        if refused is not None:
+            log.warning("run %s: rescale refused after the drain, going on as it was: %s", self.name, refused)
+            if self.control is not None:
+                self.control.refuse_rebalance(self.name, refused)
         log.info("run %s: rebalance: every worker stopped; starting %d", self.name, workers)
-        self.supervisor.rebalance_done(plan)
+        self.supervisor.rebalance_done(plan)  # exactly-once: the state settles under the old numbers
+        record_components(self.control, self.name, self.token, plan)
         self.plan = plan
         old, self.procs, self.incarnations = self.incarnations, {}, {}
         for i in range(workers):
@@ -234,7 +247,7 @@ class LocalRun:
                     continue
                 target = sup.rebalance_due(time.monotonic())
                 if target is not None:
-                    self._rebalance(target)
+                    self._rebalance(target.workers, target.parallelism)
                     continue
                 for i, p in list(self.procs.items()):
                     if p.exitcode is not None and p.pid is not None:
@@ -278,14 +291,15 @@ class LocalRun:
 
     def rebalance(self, workers: int | None = None, parallelism: Mapping[str, int] | None = None,
                   timeout: float | None = None) -> None:
-        """Go on with ``workers`` worker processes: the spouts pause until in-flight trees finish
-        (at most ``timeout`` s, default the message timeout), every worker stops, the new number
-        starts with the same tasks and state. Returns once asked; ``status().workers`` tells."""
+        """Go on with ``workers`` worker processes and ``parallelism`` tasks for the components
+        named: the spouts pause until in-flight trees finish (at most ``timeout`` s, default the
+        message timeout), every worker stops, the new shape starts with the state. Returns once
+        asked; ``status()`` tells. TopologyError (an unknown component, a bad number) and
+        StateComponentsChanged (state that cannot follow its keys) before anything changes."""
         if parallelism:
-            raise TopologyError("rebalance: changing a component's parallelism is not available in this "
-                                "version (only --workers)")
-        if workers is not None:
-            self.supervisor.request_rebalance(workers, timeout)
+            checked_rescale(self.control, self.name, self.plan, workers or self.plan.workers, parallelism)
+        if workers is not None or parallelism:
+            self.supervisor.request_rebalance(workers, timeout, dict(parallelism or {}))
 
     def savepoint(self, name: str | None = None, timeout: float = 120.0) -> str:
         """Take a savepoint at a checkpoint started now (exactly-once runs) and return its name

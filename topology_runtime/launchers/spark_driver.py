@@ -234,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     log.info("supervisor at %s", sup.control.address)
     # 0 turns progress lines off; the summary at the end is always printed.
     reporter = RunReporter(sup, control, token, progress_interval=args.progress_interval or 1e9,
-                           rebalancer=lambda workers, timeout: placement.rebalance_request(workers, timeout))
+                           rebalancer=lambda workers, timeout, parallelism: placement.rebalance_request(
+                               workers, timeout, parallelism))
     stop_monitor = threading.Event()
 
     def monitor() -> None:
@@ -252,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
                 sc.cancelAllJobs()  # workers that ignored "stop" (hung user code) must not hold the driver
                 stop_monitor.wait(1.0)
 
-    placement = Placement(sc, sup, plan)
+    placement = Placement(sc, sup, plan, control, token)
     monitor_thread = threading.Thread(target=monitor, name="supervisor", daemon=True)
     monitor_thread.start()
     exit_code = _check_slots(sc, sup, plan.workers, sc.master)  # None: enough slots for the barrier stage

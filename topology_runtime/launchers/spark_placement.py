@@ -14,6 +14,8 @@ import logging
 import time
 
 from ..api.status import RUNNING
+from ..control.control_plane import ControlPlane
+from ..control.rescale import plan_rescale, record_components
 from ..plan.planner import Plan, replan
 from ..supervisor.restart_backoff import RestartBackoff
 from ..supervisor.run_supervisor import RunSupervisor
@@ -25,31 +27,41 @@ SLOT_WAIT_SECS = 5.0  # after a failure: how long to wait for slots to (re)appea
 
 
 class Placement:
-    def __init__(self, sc, sup: RunSupervisor, plan: Plan) -> None:
+    def __init__(self, sc, sup: RunSupervisor, plan: Plan, control: ControlPlane | None = None,
+                 token: int | None = None) -> None:
         self.sc, self.sup = sc, sup
         self.plan = plan
+        self.control, self.token = control, token
         self.desired = plan.workers
+        self._rescale: dict[str, int] = {}  # the components' new numbers of tasks, for the rebalance under way
         self.backoff = RestartBackoff.from_conf(plan.conf)
         self._growing = False
         self._rebalancing = False
         self._next_check = 0.0
 
-    def rebalance_request(self, workers: int, timeout: float | None) -> str | None:
+    def rebalance_request(self, workers: int | None, timeout: float | None,
+                          parallelism: dict[str, int] | None = None) -> str | None:
         """A rebalance asked of the run: refused (nothing changed) when the cluster cannot give
-        ``workers`` task slots at once; else the spouts pause and drain (``rebalance_tick``)."""
+        ``workers`` task slots at once, or the id's state does not allow the rescale; else the
+        spouts pause and drain (``rebalance_tick``)."""
+        workers = workers or self.plan.workers
         found = failures.slots(self.sc)
         if workers > found:
             return (f"the cluster offers {found} task slot(s): a barrier stage of {workers} worker(s) could not "
                     f"start (at most {found})")
-        self.sup.request_rebalance(workers, timeout)
+        _, refused = plan_rescale(self.control, self.sup.name, self.plan, workers, parallelism)
+        if refused is not None:
+            return refused
+        self.sup.request_rebalance(workers, timeout, parallelism)
         return None
 
     def rebalance_tick(self) -> None:
         """From the supervisor loop: once drained, end the stage; ``relaunch`` starts the new one."""
         target = self.sup.rebalance_due(time.monotonic())
         if target is not None and not self._rebalancing:
-            log.info("rebalance: relaunching the barrier stage with %d worker(s)", target)
-            self.desired = target
+            log.info("rebalance: relaunching the barrier stage with %d worker(s)", target.workers)
+            self.desired = target.workers
+            self._rescale = dict(target.parallelism)
             self._rebalancing = True
             self.sup.request_relaunch()
 
@@ -59,8 +71,15 @@ class Placement:
         if self._rebalancing:  # stopped for a rebalance: the same tasks on the new number, no failure
             self._rebalancing = False
             found = failures.wait_for_slots(self.sc, self.desired, SLOT_WAIT_SECS, settle=2.0)
-            self.plan = replan(self.plan, max(1, min(self.desired, found)))
-            self.sup.rebalance_done(self.plan)
+            plan, refused = plan_rescale(self.control, self.sup.name, self.plan, max(1, min(self.desired, found)),
+                                         self._rescale)
+            if refused is not None:
+                log.warning("rescale refused after the drain, going on as it was: %s", refused)
+                if self.control is not None:
+                    self.control.refuse_rebalance(self.sup.name, refused)
+            self.sup.rebalance_done(plan)  # exactly-once: the state settles under the old numbers
+            record_components(self.control, self.sup.name, self.token, plan)
+            self.plan = plan
             return not self.sup.done.is_set()
         if self._growing:  # we stopped it ourselves to grow back: no failure, no wait
             self._growing = False

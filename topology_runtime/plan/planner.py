@@ -6,10 +6,14 @@ so every worker (and the Spark driver) computes routing tables that agree.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..api.builder import ALL, DIRECT, ComponentSpec, Grouping, Topology, TopologyError
+from state.keygroups import DEFAULT_KEY_GROUPS, KEY_GROUPS_KEY, check_key_groups
+
+from ..api.builder import ALL, DIRECT, FIELDS, ComponentSpec, Grouping, Topology, TopologyError
 from ..api.components import ReplayableSpout, StatefulBolt, StreamInfo
 from ..api.config import ConfigError
 from ..reliability.checkpointing import CHECKPOINT_FIELDS, CHECKPOINT_SPOUT, CHECKPOINT_STREAM
@@ -43,6 +47,8 @@ class Plan:
     stateful: bool = False
     exactly_once: bool = False
     checkpoint_inputs: dict[str, int] = field(default_factory=dict)  # bolt -> checkpoint input tasks
+    keyed: dict[str, int] = field(default_factory=dict)  # keyed stateful bolt -> its grouping's number of fields
+    key_groups: int = DEFAULT_KEY_GROUPS
 
     def tasks_of_worker(self, w: int) -> list[int]:
         return sorted(t for t, ww in self.task_worker.items() if ww == w)
@@ -59,6 +65,10 @@ class Plan:
         is keyed by its component and index (``task_index``), never by its task number."""
         return {cid: len(self.component_tasks[cid]) for cid, spec in self.topology.components.items()
                 if isinstance(spec.template, StatefulBolt) or (self.exactly_once and spec.is_spout)}
+
+    def parallelism(self) -> dict[str, int]:
+        """The user components' number of tasks."""
+        return {cid: len(self.component_tasks[cid]) for cid in self.topology.components}
 
     def describe(self) -> str:
         lines = [f"{self.workers} worker(s), {len(self.task_component)} task(s)"]
@@ -172,8 +182,46 @@ def build_plan(topology: Topology, conf: dict[str, Any], workers: int | None = N
             info = streams[sid]
             subscriptions[sid].append(_subscription(cid, g, component_tasks[cid], info))
     component_conf = {cid: dict(spec.conf) for cid, spec in topology.components.items()}
+    try:
+        key_groups = check_key_groups(conf.get(KEY_GROUPS_KEY, DEFAULT_KEY_GROUPS))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     return Plan(topology, conf, w, component_tasks, task_component, task_worker, acker_tasks,
-                streams, stream_ids, subscriptions, component_conf, stateful, exactly_once, checkpoint_inputs)
+                streams, stream_ids, subscriptions, component_conf, stateful, exactly_once, checkpoint_inputs,
+                keyed_components(topology, key_groups), key_groups)
+
+
+def keyed_components(topology: Topology, key_groups: int) -> dict[str, int]:
+    """Stateful bolts whose state can follow its keys (state/keygroups.py): every input
+    fields-grouped on the same number of fields, no more tasks than key groups. Component ->
+    that number of fields."""
+    out: dict[str, int] = {}
+    for spec in topology.bolts:
+        if not isinstance(spec.template, StatefulBolt) or not spec.inputs or spec.parallelism > key_groups:
+            continue
+        widths = {len(g.fields) if g.kind == FIELDS else 0 for g in spec.inputs}
+        if len(widths) == 1 and 0 not in widths:
+            out[spec.id] = widths.pop()
+    return out
+
+
+def rescale(plan: Plan, workers: int | None = None, parallelism: Mapping[str, int] | None = None) -> Plan:
+    """The same topology with other numbers of tasks for the components in ``parallelism``
+    (and ``workers`` worker processes): task ids are given out again, state stays keyed by
+    component and index (and key group). ``TopologyError`` naming an unknown component or a bad
+    number."""
+    changes = dict(parallelism or {})
+    for cid, n in changes.items():
+        if cid not in plan.topology.components:
+            raise TopologyError(f"rescale: no component {cid!r} in this topology (it has "
+                                f"{', '.join(plan.topology.components)})")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise TopologyError(f"rescale: component {cid!r}: parallelism must be an integer >= 1, got {n!r}")
+    components = {cid: dataclasses.replace(spec, parallelism=changes.get(cid, spec.parallelism))
+                  for cid, spec in plan.topology.components.items()}
+    topology = dataclasses.replace(plan.topology, components=components)
+    conf = {**plan.conf, "topology.acker.executors": len(plan.acker_tasks)}
+    return build_plan(topology, conf, workers or plan.workers)
 
 
 def replan(plan: Plan, workers: int) -> Plan:

@@ -60,9 +60,11 @@ class ExactlyOnceCheckpoints:
         self.savepoints.append(name)
         self._savepoint_from = None
 
-    def set_workers(self, n: int) -> None:
-        """The run was re-planned onto ``n`` workers (between launches: nothing in flight)."""
-        self.coordinator.workers = frozenset(range(n))
+    def set_plan(self, plan: Plan) -> None:
+        """The run was re-planned (between launches: nothing in flight): its workers, and after
+        a rescale its spout tasks."""
+        self.coordinator.workers = frozenset(range(plan.workers))
+        self.coordinator.spout_tasks = frozenset(t for c in plan.topology.spouts for t in plan.component_tasks[c.id])
 
     @property
     def committed(self) -> int:

@@ -52,26 +52,30 @@ class DayTwoOperations:
             self._send_all(cm.Pause() if paused else cm.Resume())
             log.info("run %s: %s", self.name, "paused (spouts deactivated)" if paused else "resumed")
 
-    def request_rebalance(self, workers: int, timeout: float | None = None) -> None:
-        """Go on with ``workers`` worker processes (the launcher carries it out once
-        ``rebalance_due``): the spouts pause until in-flight trees drained, at most ``timeout``
-        seconds (default: the message timeout)."""
-        workers = check_workers(workers)
+    def request_rebalance(self, workers: int | None, timeout: float | None = None,
+                          parallelism: dict[str, int] | None = None) -> None:
+        """Go on with ``workers`` worker processes (None: as many as now) and ``parallelism``
+        tasks for the components named (the launcher carries it out once ``rebalance_due``): the
+        spouts pause until in-flight trees drained, at most ``timeout`` seconds (default: the
+        message timeout)."""
+        workers = check_workers(len(self.slots) if workers is None else workers)
         with self.lock:
             if self.state in FINAL_STATES or self._stop_reason is not None or self.rebalance is not None:
                 return
             wait = float(self.plan.conf.get("topology.message.timeout.secs", 30) if timeout is None else timeout)
-            self.rebalance = Rebalance(workers, time.monotonic() + wait, self.paused, self._probe_seq)
+            self.rebalance = Rebalance(workers, time.monotonic() + wait, self.paused, self._probe_seq,
+                                       parallelism=dict(parallelism or {}))
             if not self.paused:
                 self._send_all(cm.Pause())
-            log.info("run %s: rebalancing from %d to %d worker(s): spouts paused, draining in-flight trees",
-                     self.name, len(self.slots), workers)
+            log.info("run %s: rebalancing from %d to %d worker(s)%s: spouts paused, draining in-flight trees",
+                     self.name, len(self.slots), workers,
+                     "".join(f", {c} to {n} task(s)" for c, n in (parallelism or {}).items()))
 
-    def rebalance_due(self, now: float) -> int | None:
-        """The new worker count once the drain is over (the launcher then stops every worker)."""
+    def rebalance_due(self, now: float) -> Rebalance | None:
+        """The rebalance once the drain is over (the launcher then stops every worker)."""
         with self.lock:
             r = self.rebalance
-            return r.workers if r is not None and self.state == RUNNING and r.due(now) else None
+            return r if r is not None and self.state == RUNNING and r.due(now) else None
 
     def rebalance_done(self, plan: Plan) -> None:
         """Every worker is down: the run goes on with ``plan`` (same tasks, new placement)."""

@@ -22,7 +22,7 @@ from ..transport.sockets import ControlServer
 from .operations import DayTwoOperations
 from .rebalance import Rebalance
 from .slots import WorkerSlot
-from .stats import add_task_stats, component_stats
+from .stats import add_task_stats, component_stats, rekey_task_stats
 from .window_end import WindowStallCheck, end_of_input_round, windows_held
 
 if TYPE_CHECKING:
@@ -177,13 +177,15 @@ class RunSupervisor(DayTwoOperations):
                 for task, s in slot.carried.items():
                     add_task_stats(self._carried, task, s)
             log.warning("run %s: re-planned from %d to %d worker(s)", self.name, self.plan.workers, plan.workers)
+            if plan.component_tasks != self.plan.component_tasks:  # a rescale gave task ids out again
+                self._carried = rekey_task_stats(self._carried, self.plan, plan)
             self.plan = plan
             self.slots = {i: WorkerSlot(i) for i in range(plan.workers)}
             self._peers_sent = False
             self._replies = {}
             self._last_quiet = None
             if self.checkpoints is not None:
-                self.checkpoints.set_workers(plan.workers)
+                self.checkpoints.set_plan(plan)
 
     def workers_info(self) -> dict:
         with self.lock:

@@ -23,6 +23,18 @@ def add_task_stats(into: dict, task: int, s: dict) -> None:
         cur[h] = merged.to_dict()
 
 
+def rekey_task_stats(carried: dict, old: Plan, new: Plan) -> dict:
+    """Stats of an earlier plan's tasks under a plan with other task ids (a rescale): each
+    component's figures go to its first task of the new plan, so its totals carry over."""
+    out: dict = {}
+    for task, s in carried.items():
+        component = old.task_component.get(int(task))
+        tasks = new.component_tasks.get(component) if component is not None else None
+        if tasks:
+            add_task_stats(out, tasks[0], s)
+    return out
+
+
 def component_stats(plan: Plan, finished: list[dict], live: list[dict]) -> tuple[dict, dict]:
     """(user components, system components) -> ComponentStats, from the stats of finished
     incarnations and of the live ones (whose queue depths count)."""

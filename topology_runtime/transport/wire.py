@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import zlib
 from typing import Any
 
-import msgpack
+from state.keygroups import value_hash, values_hash
 
 _SCALARS = frozenset((str, float, bool, bytes, type(None)))
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
@@ -82,12 +81,8 @@ def _check_slow(values: Any, fields: list[str], component: str, stream: str) -> 
 
 
 def field_hash(values: list, idx: tuple[int, ...]) -> int:
-    """A hash of the grouping values that is the same in every process and on every machine."""
+    """A hash of the grouping values that is the same in every process and on every machine
+    (the key groups' hash: a keyed component's state lives where its tuples are routed)."""
     if len(idx) == 1:
-        v = values[idx[0]]
-        if type(v) is str:
-            return zlib.crc32(v.encode())
-        if type(v) is int and 0 <= v < 2**63:
-            return zlib.crc32(v.to_bytes(8, "little"))
-        return zlib.crc32(msgpack.packb(v))
-    return zlib.crc32(msgpack.packb([values[i] for i in idx]))
+        return value_hash(values[idx[0]])
+    return values_hash([values[i] for i in idx])

@@ -8,6 +8,8 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from state.keygroups import DEFAULT_KEY_GROUPS
+
 from ..api.builder import ALL, CUSTOM, DIRECT, FIELDS, GLOBAL, LOCAL_OR_SHUFFLE, NONE, PARTIAL_KEY, SHUFFLE
 from ..api.components import StreamInfo, TopologyContext
 from ..plan.planner import Plan
@@ -24,7 +26,8 @@ def _cycle(tasks: list[int], seed: int) -> Callable[[], int]:
     return itertools.cycle(order).__next__
 
 
-def make_picker(kind: str, tasks: list[int], field_idx: tuple[int, ...], local_tasks: set[int], seed: int) -> Picker | None:
+def make_picker(kind: str, tasks: list[int], field_idx: tuple[int, ...], local_tasks: set[int], seed: int,
+                key_groups: int = DEFAULT_KEY_GROUPS) -> Picker | None:
     if kind in (SHUFFLE, NONE):
         nxt = _cycle(tasks, seed)
         return lambda values: [nxt()]
@@ -33,23 +36,7 @@ def make_picker(kind: str, tasks: list[int], field_idx: tuple[int, ...], local_t
         nxt = _cycle(local or tasks, seed)
         return lambda values: [nxt()]
     if kind == FIELDS:
-        n = len(tasks)
-        if len(field_idx) != 1:
-            return lambda values: [tasks[field_hash(values, field_idx) % n]]
-        (i,) = field_idx
-        memo: dict[str, int] = {}  # str key -> task: the hash is the hot path of a keyed stream
-
-        def pick(values: list) -> list[int]:
-            v = values[i]
-            if type(v) is str:  # only str: equal keys of other types may hash differently (1, 1.0)
-                t = memo.get(v)
-                if t is None:
-                    if len(memo) >= FIELDS_MEMO_KEYS:
-                        memo.clear()  # bounded: a stream of ever-new keys costs a rehash, no memory
-                    t = memo[v] = tasks[field_hash(values, field_idx) % n]
-                return [t]
-            return [tasks[field_hash(values, field_idx) % n]]
-        return pick
+        return fields_picker(tasks, field_idx, key_groups)
     if kind == GLOBAL:
         lowest = [min(tasks)]
         return lambda values: lowest
@@ -59,8 +46,38 @@ def make_picker(kind: str, tasks: list[int], field_idx: tuple[int, ...], local_t
     if kind == DIRECT:
         return None
     if kind == PARTIAL_KEY:
-        return partial_key_picker(tasks, field_idx)
+        return partial_key_picker(tasks, field_idx, key_groups)
     raise ValueError(f"unknown grouping {kind!r}")
+
+
+def fields_picker(tasks: list[int], field_idx: tuple[int, ...], key_groups: int = DEFAULT_KEY_GROUPS) -> Picker:
+    """Fields grouping by key group (state/keygroups.py): a key's group is its hash modulo
+    ``key_groups``, and the task owning that group's contiguous range gets it, so a keyed
+    component's state stays with its keys across a change of parallelism. With more tasks than
+    groups, the hash modulo the number of tasks."""
+    n = len(tasks)
+    if n <= key_groups:
+        def task_of(h: int, g: int = key_groups) -> int:
+            return tasks[(h % g) * n // g]
+    else:
+        def task_of(h: int) -> int:
+            return tasks[h % n]
+    if len(field_idx) != 1:
+        return lambda values: [task_of(field_hash(values, field_idx))]
+    (i,) = field_idx
+    memo: dict[str, int] = {}  # str key -> task: the hash is the hot path of a keyed stream
+
+    def pick(values: list) -> list[int]:
+        v = values[i]
+        if type(v) is str:  # only str: equal keys of other types may hash differently (1, 1.0)
+            t = memo.get(v)
+            if t is None:
+                if len(memo) >= FIELDS_MEMO_KEYS:
+                    memo.clear()  # bounded: a stream of ever-new keys costs a rehash, no memory
+                t = memo[v] = task_of(field_hash(values, field_idx))
+            return [t]
+        return [task_of(field_hash(values, field_idx))]
+    return pick
 
 
 def _mix32(h: int) -> int:
@@ -73,17 +90,18 @@ def _mix32(h: int) -> int:
     return h ^ (h >> 16)
 
 
-def partial_key_candidates(values: list, field_idx: tuple[int, ...], n: int) -> tuple[int, int]:
+def partial_key_candidates(values: list, field_idx: tuple[int, ...], n: int,
+                           key_groups: int = DEFAULT_KEY_GROUPS) -> tuple[int, int]:
     """The two candidate task positions (0..n-1) of a key: the first is fields grouping's, the
     second is always another one when n > 1 (as Storm's assignment of two tasks)."""
     h = field_hash(values, field_idx)
-    first = h % n
+    first = (h % key_groups) * n // key_groups if n <= key_groups else h % n
     if n == 1:
         return first, first
     return first, (first + 1 + _mix32(h) % (n - 1)) % n
 
 
-def partial_key_picker(tasks: list[int], field_idx: tuple[int, ...]) -> Picker:
+def partial_key_picker(tasks: list[int], field_idx: tuple[int, ...], key_groups: int = DEFAULT_KEY_GROUPS) -> Picker:
     """Storm's PartialKeyGrouping: of a key's two candidates, the task this emitting task has
     sent fewer tuples so far (counts per picker, i.e. per emitting task and subscription)."""
     n = len(tasks)
@@ -99,10 +117,10 @@ def partial_key_picker(tasks: list[int], field_idx: tuple[int, ...]) -> Picker:
             if c is None:
                 if len(memo) >= FIELDS_MEMO_KEYS:
                     memo.clear()
-                c = memo[v] = partial_key_candidates(values, field_idx, n)
+                c = memo[v] = partial_key_candidates(values, field_idx, n, key_groups)
             a, b = c
         else:
-            a, b = partial_key_candidates(values, field_idx, n)
+            a, b = partial_key_candidates(values, field_idx, n, key_groups)
         if counts[b] < counts[a]:
             a = b
         counts[a] += 1
@@ -172,6 +190,7 @@ def build_routes(plan: Plan, component: str, task: int, local_tasks: set[int],
         if cid == component and sname not in declared:
             declared[sname] = False
     routes: dict[str, Route] = {}
+    key_groups = plan.key_groups
     for sname, direct in declared.items():
         sid = plan.stream_ids[(component, sname)]
         pickers: list[Picker] = []
@@ -183,7 +202,8 @@ def build_routes(plan: Plan, component: str, task: int, local_tasks: set[int],
             if sub.kind == CUSTOM:
                 pickers.append(_custom(plan, component, sname, sub.target, sub.tasks, task, context))
                 continue
-            p = make_picker(sub.kind, sub.tasks, sub.field_idx, local_tasks, seed=task * 7919 + sid)
+            p = make_picker(sub.kind, sub.tasks, sub.field_idx, local_tasks, seed=task * 7919 + sid,
+                            key_groups=key_groups)
             if p is not None:
                 pickers.append(p)
         routes[sname] = Route(plan.streams[sid], direct, pickers, direct_targets)

@@ -15,8 +15,13 @@ from .checkpoint_spout import CheckpointSpout
 
 
 class TaskStateProvider:
-    def __init__(self, conf: dict[str, Any], topology_id: str, component_tasks: dict[str, list[int]]) -> None:
+    def __init__(self, conf: dict[str, Any], topology_id: str, component_tasks: dict[str, list[int]],
+                 keyed: dict[str, int] | None = None, key_groups: int = 128) -> None:
+        """``keyed``: keyed stateful components -> their grouping's number of fields, whose state a
+        Redis-based provider splits by key group (``key_groups`` of them, state/keygroups.py)."""
         self.conf = conf
+        self.keyed = keyed or {}
+        self.key_groups = key_groups
         self.topology_id = topology_id
         self.component_tasks = component_tasks
         self._redis = None
@@ -64,7 +69,11 @@ class TaskStateProvider:
         from state.providers import namespace
 
         ns = namespace(self.topology_id, component, self._index(component, task))
-        return self.provider().new_state(ns, self.conf, self._context(component, task))
+        provider = self.provider()
+        new_keyed = getattr(provider, "new_keyed_state", None)
+        if component in self.keyed and new_keyed is not None:
+            return new_keyed(ns, self.conf, self._context(component, task), self.keyed[component], self.key_groups)
+        return provider.new_state(ns, self.conf, self._context(component, task))
 
     def spout_position(self, component: str, task: int):
         """Exactly-once: where a spout task's committed snapshot lives, and the snapshot (or None)."""

@@ -88,7 +88,8 @@ class Worker:
         self.exactly_once = bool(plan.exactly_once)
         self._eo_failed = False
         self.eo = ExactlyOnceWorker(self._drain_queue) if self.exactly_once else None
-        self.task_state = TaskStateProvider(self.conf, spec.topology_id, plan.component_tasks)
+        self.task_state = TaskStateProvider(self.conf, spec.topology_id, plan.component_tasks, plan.keyed,
+                                             plan.key_groups)
 
         self.local_tasks = set(plan.tasks_of_worker(self.index))
         self.task_worker = plan.task_worker
