@@ -66,6 +66,7 @@ def test_at_least_once_loses_nothing(redis_url):
 
 def test_what_rebalance_refuses(redis_url, capsys):
     assert cli(["rebalance", "nobody", "--workers", "2", "--redis", redis_url]) == ExitCode.NO_SUCH_RUN
+    load_sentences(redis.Redis.from_url(redis_url, decode_responses=True), 5000)  # the run outlasts the test
     with LocalCluster(workers=1, redis_url=redis_url) as cluster:
         run = cluster.submit("rb-refuse", wordcount(slow=True), {"redis.url": redis_url})
         try:
@@ -84,7 +85,8 @@ def test_what_rebalance_refuses(redis_url, capsys):
 @pytest.mark.spark
 def test_on_spark_the_barrier_stage_is_relaunched_with_the_new_number(redis_url, tmp_path, capsys):
     """Spark local[3]: 4 workers are refused before anything changes (the cluster has 3 slots);
-    2 -> 3 relaunches the barrier stage with 3 tasks; exactly-once counts stay exact."""
+    2 -> 3 relaunches the barrier stage with 3 tasks; the keyed count rescales 2 -> 3 tasks;
+    exactly-once counts stay exact."""
     truth = true_counts(load_sentences(redis.Redis.from_url(redis_url, decode_responses=True), 12000))
     name = "rb-spark"
     with SparkCluster("local[3]", workers=2, redis_url=redis_url, log_dir=str(tmp_path), progress_interval=1) as c:
@@ -97,9 +99,12 @@ def test_on_spark_the_barrier_stage_is_relaunched_with_the_new_number(redis_url,
         assert cli(["rebalance", name, "--workers", "3", "--redis", redis_url]) == ExitCode.COMPLETED
         assert f"{name}: running on 3 worker(s)" in capsys.readouterr().out
         assert run.savepoint("on-spark") == "on-spark"  # the Spark handle's live savepoint, after the rebalance
+        # Rescale the keyed count 2 -> 3 tasks: the stage relaunches with the new plan.
+        assert cli(["rebalance", name, "--parallelism", "count=3", "--redis", redis_url]) == ExitCode.COMPLETED
+        assert f"{name}: running on 3 worker(s) (sentences=2, split=2, count=3)" in capsys.readouterr().out
         status = run.wait(300)
     assert status.state == "completed", (status.error, run.log()[-3000:])
-    assert status.workers == 3
+    assert status.workers == 3 and status.parallelism["count"] == 3
     assert "launching 3 worker(s) as a barrier stage" in run.log()
     from state import savepoints
 
