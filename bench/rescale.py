@@ -27,6 +27,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -343,6 +344,7 @@ def rescale_main(args) -> int:
     finally:
         if server is not None:
             server.stop()
+            shutil.rmtree(server.data_dir, ignore_errors=True)  # its AOF
     print(f"\n{args.keys:,} keys (msgpack str keys, int values), {G} key groups, "
           f"written by 2 tasks; one process, tasks one after another; median of {args.repeat} (range)\n")
     print("| phase | 2 -> 4 ms | 4 -> 2 ms |")
@@ -578,8 +580,10 @@ def wordcount_main(args) -> int:
                     print(f"  round {rnd + 1} {mode} {label}: {json.dumps(r)}", file=sys.stderr, flush=True)
     finally:
         server.stop()
+        shutil.rmtree(server.data_dir, ignore_errors=True)
         for tree in trees.values():
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
+        shutil.rmtree(base, ignore_errors=True)
     names = {"eo": "exactly-once stateful word count", "acked": "plain word count, acking on"}
     print(f"\n{args.sentences:,} sentences x 10 words, LocalCluster 2 workers, parallelism 2, best of {args.repeat} "
           f"interleaved rounds, {os.cpu_count()} cores\n")
