@@ -209,7 +209,9 @@ def recover_stopped(client: redis.Redis, topology_id: str, action: str = "auto",
         if cp.state == COMMITTED and action == "commit":
             raise RecoveryRefused(f"checkpoint is {cp}: there is no prepared checkpoint to commit")
         # A dropped component's tasks took no part in later checkpoints: they decide nothing.
-        never = [x.task for x in tasks if x.prepared_txid != t and x.committed_txid != t and not x.dropped]
+        # A key group not written to during t took no part in it (state/keyed_state.py).
+        never = [x.task for x in tasks if x.prepared_txid != t and x.committed_txid != t and not x.dropped
+                 and parse_group_part(x.task) is None]
         if never:
             raise RecoveryRefused(f"cannot commit txid {t}: task(s) {', '.join(never)} never prepared it; "
                                   f"committing would leave tasks at different txids (use --action rollback)")
@@ -235,7 +237,7 @@ def recover_stopped(client: redis.Redis, topology_id: str, action: str = "auto",
             else:
                 guarded(keys[2], commit, keys=keys, args=[t, TOMBSTONE, *args])
         elif decision == "commit":
-            x.did = f"already committed {t}"
+            x.did = f"already committed {t}" if x.committed_txid == t else f"took no part in {t}"
         elif x.prepared_txid is not None and (
             decision == "rollback" or x.prepared_txid > (-1 if x.committed_txid is None else x.committed_txid)
         ):

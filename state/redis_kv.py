@@ -72,6 +72,7 @@ class RedisKeyValueState(KeyValueState):
         self.redis = client
         self.key_serializer = key_serializer
         self.value_serializer = value_serializer
+        self._custom = key_serializer is not None or value_serializer is not None
         self.replication = replication
         self.token = token
         self.topology_id = topology_id
@@ -127,8 +128,18 @@ class RedisKeyValueState(KeyValueState):
         return view.get(key, default)
 
     def put(self, key: Any, value: Any) -> None:
-        # Checked now (the error names the key, in the bolt's execute); serialized at prepare,
-        # once per key per checkpoint however often it was written.
+        if self._custom or type(key) not in _PLAIN or type(value) not in _PLAIN or (
+                type(value) is int and not -(2**63) <= value < 2**64):
+            self.check_entry(key, value)
+        self._pending[key] = value
+        view = self._view
+        if view is None:
+            view = self._load()
+        view[key] = value
+
+    def check_entry(self, key: Any, value: Any) -> None:
+        """Checked at ``put`` (the error names the key, in the bolt's execute); serialized at
+        prepare, once per key per checkpoint however often it was written."""
         if self.key_serializer is not None:
             serialize_with(self.key_serializer, key, "key", key)
         elif type(key) not in _PLAIN:
@@ -137,11 +148,6 @@ class RedisKeyValueState(KeyValueState):
             serialize_with(self.value_serializer, value, "value", key)
         elif type(value) not in _PLAIN or (type(value) is int and not -(2**63) <= value < 2**64):
             dumps(value, "value", key)
-        self._pending[key] = value
-        view = self._view
-        if view is None:
-            view = self._load()
-        view[key] = value
 
     def delete(self, key: Any) -> None:
         self._pending[key] = _DELETED

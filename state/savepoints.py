@@ -60,6 +60,11 @@ class SavepointRefused(StateSettingsChanged):
         super().__init__(topology_id, [], message)
 
 
+class Unsettled(SavepointRefused):
+    """The checkpoint record was not COMMITTED, or a checkpoint committed while the copy ran:
+    a live run between two checkpoints may try again."""
+
+
 class NoSuchSavepoint(LookupError):
     """The id has no savepoint of that name (the message names those it has)."""
 
@@ -112,7 +117,7 @@ def take(client: redis.Redis, topology_id: str, name: str | None = None) -> Mani
     name = check_topology_id(name or default_name(), "savepoint name")
     cp = load_checkpoint(client, topology_id)
     if cp.state != COMMITTED:
-        raise SavepointRefused(f"topology {topology_id!r}: its checkpoint is {cp}, not committed: settle it first "
+        raise Unsettled(f"topology {topology_id!r}: its checkpoint is {cp}, not committed: settle it first "
                                f"with `topology recover {topology_id}`, then take the savepoint")
     if client.hexists(savepoints_key(topology_id), name):
         raise SavepointRefused(f"topology {topology_id!r} already has a savepoint {name!r}: choose another name "
@@ -140,7 +145,7 @@ def take(client: redis.Redis, topology_id: str, name: str | None = None) -> Mani
     after = load_checkpoint(client, topology_id)
     if after.txid != cp.txid or after.state != COMMITTED:  # the caller's promise was broken: keep no half copy
         _delete_copies(client, topology_id, name, parts, tx_names)
-        raise SavepointRefused(f"topology {topology_id!r}: a checkpoint committed while the savepoint was copied "
+        raise Unsettled(f"topology {topology_id!r}: a checkpoint committed while the savepoint was copied "
                                f"({cp} -> {after}); nothing was kept, try again")
     settings = {_s(k): _s(v) for k, v in client.hgetall(settings_key(topology_id)).items()}
     m = Manifest(name, topology_id, cp.txid, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), components,
@@ -298,5 +303,5 @@ def failure(client: redis.Redis, topology_id: str, name: str) -> str | None:
     return None if v is None else _s(v)
 
 
-__all__ = ["Manifest", "savepoints_key", "NoSuchSavepoint", "SavepointRefused", "check_components", "default_name", "delete", "get",
+__all__ = ["Manifest", "savepoints_key", "NoSuchSavepoint", "SavepointRefused", "Unsettled", "check_components", "default_name", "delete", "get",
            "list_savepoints", "parse_ref", "record_failure", "restore", "take"]

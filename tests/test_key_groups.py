@@ -151,3 +151,16 @@ def test_the_launch_check_allows_a_keyed_rescale_and_names_a_key_that_cannot_fol
     with pytest.raises(StateComponentsChanged, match="not fields-grouped"):
         check(redis_client, name, StateComponents({"count": 4}))
     assert recorded(redis_client, name)["count"] == {"parallelism": 4, "key_groups": 16}  # nothing changed
+
+
+def test_the_number_of_key_groups_is_a_checked_setting():
+    from topology_runtime.api.config import ConfigError, resolve_config
+
+    assert resolve_config({"topology.state.key.groups": 64})["topology.state.key.groups"] == 64
+    with pytest.raises(ConfigError, match="topology.state.key.groups"):
+        resolve_config({"topology.state.key.groups": 0})
+
+
+def test_the_runtimes_own_keys_never_go_to_a_key_group(redis_client):
+    st = _open(redis_client, "kg-reserved", 0, 1)  # one task: it owns every group
+    assert st.part_of("__window") is st.own and st.part_of("w1") is not st.own

@@ -242,6 +242,23 @@ def test_exactly_once_count_is_exact(where, request):
         assert _waits(sentinel.master()) - before > 10  # every checkpoint step waited for the replica
 
 
+@pytest.mark.slow
+def test_a_keyed_count_rescales_live_on_a_cluster(cluster_url):
+    """Key groups on a Redis Cluster: each group is its own hash slot (the groups spread over the
+    masters); the keyed count goes 2 -> 3 tasks live, its groups change hands, counts exact."""
+    def rescale(run):
+        assert wait_for(lambda: run.status().components["split"].executed > 100, 60), run.status()
+        run.rebalance(parallelism={"count": 3})
+        assert wait_for(lambda: run.status().parallelism["count"] == 3 and run.status().state == "running", 60)
+
+    status = _eo_run(cluster_url, "rs-cluster", 1500, during=rescale)
+    assert status.parallelism["count"] == 3
+    client = connect(cluster_url)
+    groups = [k for k in client.scan_iter(match="topology:{rs-cluster:count#*}:state", count=1000)]
+    assert len(groups) >= 10 and len({client.cluster_keyslot(k) for k in groups}) == len(groups)
+    assert len({client.get_node_from_key(k).name for k in groups}) > 1  # spread over the masters
+
+
 def _tx_truth(data):
     truth: dict[str, int] = {}
     for rows in data.values():

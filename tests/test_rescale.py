@@ -52,6 +52,7 @@ def test_a_keyed_count_rescales_live_with_exact_counts(redis_url, capsys):
         assert recorded(client, name)["count"] == {"parallelism": 4, "key_groups": 128}
         _progress(run)
         victim = next(iter(run.pids.values()))
+        split_before = run.status().components["split"].executed
         run.rebalance(parallelism={"count": 2, "split": 3})
         os.kill(victim, signal.SIGKILL)
         assert wait_for(lambda: run.status().parallelism.get("split") == 3 and run.status().state == "running",
@@ -61,9 +62,10 @@ def test_a_keyed_count_rescales_live_with_exact_counts(redis_url, capsys):
     assert status.parallelism == {"sentences": 2, "split": 3, "count": 2}
     assert recorded(client, name)["count"] == {"parallelism": 2, "key_groups": 128}
     assert counts_in_state(redis_url, name, "count") == truth  # ==: nothing lost, nothing counted twice
-    # The counts live in key groups; the split's figures carried over the new task ids.
+    # The counts live in key groups; the split's figures carried over the new task ids (what the
+    # killed worker had not reported yet is lost with it: at least what was counted before).
     assert not client.keys(f"topology:{{{name}:count/*}}:state")
-    assert status.components["split"].executed >= 3000
+    assert status.components["split"].executed >= split_before
 
 
 class TotalingCount(StatefulBolt):

@@ -154,3 +154,32 @@ def test_topology_submit_starts_a_spark_run_from_a_savepoint(redis_url):
                          capture_output=True, text=True, env=spark_env(), cwd=Path(__file__).resolve().parent.parent,
                          timeout=120)
     assert bad.returncode == 4 and "no savepoint" in bad.stderr, bad.stderr[-2000:]
+
+
+def test_a_live_savepoint_of_a_run_on_storms_protocol(redis_url, redis_client):
+    """At-least-once checkpointing (the checkpoint spout drives it): the savepoint is copied
+    between two checkpoints, at a committed txid; the run goes on untouched."""
+    from state.keyed_state import component_state
+    from topology_runtime.connectors import RedisStreamSpout
+
+    r = redis.Redis.from_url(redis_url, decode_responses=True)
+    truth = true_counts(load_sentences(r, 3000))
+    b = TopologyBuilder()
+    b.set_spout("sentences", RedisStreamSpout(STREAM, fields=["sentence"], bounded=True, batch_size=50), 1)
+    b.set_bolt("split", SlowSplit(), 2).shuffle_grouping("sentences")
+    b.set_bolt("count", StatefulWordCount(), 2).fields_grouping("split", ["word"])
+    conf = {"redis.url": redis_url, "topology.state.provider": "redis", "topology.state.checkpoint.interval.ms": 100}
+    with LocalCluster(workers=2, redis_url=redis_url) as cluster:
+        run = cluster.submit("wc-storm", b.create_topology(), conf)
+        assert wait_for(lambda: sum(counts_in_state(redis_url, "wc-storm").values()) > 0, 60)
+        assert cli(["savepoint", "wc-storm", "--name", "live", "--redis", redis_url]) == 0
+        assert run.status().state == "running"  # taken from the live run
+        status = run.wait(120)
+    assert status.state == "completed", status.error
+    assert counts_in_state(redis_url, "wc-storm") == truth
+    m = savepoints.get(redis_client, "wc-storm", "live")
+    assert m.txid >= 0 and m.components == {"count": 2} and m.key_groups == {"count": 128}
+    saved = savepoints.restore(redis_client, "wc-storm", "live", "wc-storm-copy")
+    assert saved.txid == m.txid
+    copy = dict(component_state(redis_client, "wc-storm-copy", "count"))
+    assert 0 < sum(copy.values()) <= sum(truth.values()) and all(copy[w] <= truth[w] for w in copy)

@@ -57,6 +57,9 @@ DEFAULTS: dict[str, Any] = {
     # A run may go on without stateful components the id's state has (removed or renamed in new
     # code): their state is kept, untouched; false: such a run is refused before it starts.
     "topology.state.allow.dropped": False,
+    # A keyed stateful component's number of key groups (state/keygroups.py): the most tasks it
+    # can have; fixed for the id's life once its state is written. Fields grouping routes by it.
+    "topology.state.key.groups": 128,
     # A state commit in Redis (checkpoint record, task state, transactional txid and batch
     # metadata) counts only once this many replicas acknowledged it (WAIT, at most
     # wait.timeout.ms); None or 0: no wait. docs/redis.md.
@@ -229,6 +232,8 @@ def resolve_config(conf: Mapping[str, Any] | None, workers: int | None = None,
     out[k] = _positive_number(k, out[k], integer=True)
     k = "topology.transactional.max.attempts"
     out[k] = _positive_number(k, out[k], allow_none=True, integer=True, zero=True) or None
+    k = "topology.state.key.groups"
+    out[k] = _positive_number(k, out[k], integer=True)
     for k in ("topology.enable.message.timeouts", "topology.debug", "topology.state.exactly.once",
               "topology.state.allow.dropped"):
         out[k] = _bool(k, out[k])

@@ -37,7 +37,12 @@ class CheckpointSpoutMachine:
         if self.recovering:
             self.in_progress = True
             return (self.state.txid, self.state.next_action(True)), None
-        due = now - self.last >= self.interval or (self.final_requested_at is not None and not self.final_done)
+        # After the final checkpoint of a bounded run nothing is left to commit: no more
+        # checkpoints, so the run's traffic stops and its end can be told.
+        if self.final_done:
+            due = False
+        else:
+            due = now - self.last >= self.interval or self.final_requested_at is not None
         if self.state.state != COMMITTED or due:
             save = None
             if self.state.state == COMMITTED:

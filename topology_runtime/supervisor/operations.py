@@ -91,15 +91,61 @@ class DayTwoOperations:
 
 
     def request_savepoint(self, name: str) -> str | None:
-        """Take savepoint ``name`` at a checkpoint started now (state/savepoints.py); None when
-        under way, else why not (nothing was changed)."""
+        """Take savepoint ``name`` (state/savepoints.py): exactly-once, at a checkpoint started
+        now; Storm's protocol, between two checkpoints (``storm_savepoint``). None when under
+        way, else why not (nothing was changed)."""
         with self.lock:
-            if self.checkpoints is None:
-                return ("a live savepoint needs the exactly-once mode (its supervisor holds the next checkpoint "
-                        f"back while the copy runs): drain the run (topology kill {self.name} --drain), then take "
-                        "the savepoint of the stopped run")
             if self.state in FINAL_STATES or self._stop_reason is not None:
                 return "the run is stopping: take the savepoint once it stopped"
+            if self.checkpoints is None:
+                if not self.plan.stateful:
+                    return "the run keeps no checkpointed state: there is nothing to save"
+                threading.Thread(target=storm_savepoint, args=(self.name, self.plan, name), daemon=True,
+                                 name=f"savepoint-{name}").start()
+                log.info("run %s: savepoint %r asked: taken between two checkpoints", self.name, name)
+                return None
             self.checkpoints.request_savepoint(name)
             log.info("run %s: savepoint %r asked: a checkpoint starts now", self.name, name)
             return None
+
+
+SAVEPOINT_TRIES_SECS = 60.0  # how long a Storm-protocol run's savepoint looks for a quiet moment
+
+
+def storm_savepoint(topology_id: str, plan: Plan, name: str) -> None:
+    """A live savepoint of a run on Storm's protocol: its checkpoint spout, not the supervisor,
+    drives checkpoints, so the copy is taken while the record is COMMITTED and kept only if it
+    still is, at the same txid, afterwards (tasks commit only once COMMITTING is recorded, so the
+    state hashes did not move). Tried again until a checkpoint interval leaves room for it."""
+    from state import savepoints
+    from state.connection import connect
+
+    from ..api.config import state_redis_url
+
+    client = connect(state_redis_url(plan.conf, needed_for="a savepoint"))
+    deadline = time.monotonic() + SAVEPOINT_TRIES_SECS
+    why = "no quiet moment between two checkpoints"
+    try:
+        while time.monotonic() < deadline:
+            try:
+                m = savepoints.take(client, topology_id, name)
+            except savepoints.Unsettled as e:
+                why = str(e)
+                time.sleep(0.02)
+                continue
+            except savepoints.SavepointRefused as e:
+                why = str(e)
+                break
+            log.info("run %s: savepoint %r taken at txid %d (%d task state(s))", topology_id, name, m.txid,
+                     len(m.parts))
+            return
+        log.warning("run %s: savepoint %r not taken: %s", topology_id, name, why)
+        savepoints.record_failure(client, topology_id, name, why)
+    except Exception as e:  # noqa: BLE001 - a thread of its own: report, never die silently
+        log.exception("run %s: savepoint %r failed", topology_id, name)
+        try:
+            savepoints.record_failure(client, topology_id, name, f"{type(e).__name__}: {e}")
+        except Exception:  # noqa: BLE001 - Redis gone: the waiting caller times out
+            pass
+    finally:
+        client.close()
