@@ -38,6 +38,8 @@ its commit is one atomic script on one node; the topology's control records shar
 User keys beside a source stream STREAM (topology_runtime/connectors/dead_letters.py):
 
     STREAM:dead                    list   the default dead-letter list (JSON entries)
+    same_slot(STREAM, ":replay-fails:ID:COMPONENT")
+                                   hash   entry id -> failures, of a spout reading STREAM by position
     same_slot(STREAM, ":dead-replayed")
                                    zset   dead letters put back into STREAM (score: ms time), so
                                           a replay's XADD and its marker are one script
@@ -215,6 +217,13 @@ def dead_letter_sources(topology_id: str) -> str:
 def dead_letter_list(stream: str) -> str:
     """The default dead-letter list of ``stream``: ``STREAM:dead`` (keeps ``stream``'s hash tag)."""
     return f"{stream}:dead"
+
+
+def replay_fails(stream: str, topology_id: str, component: str) -> str:
+    """The hash, in ``stream``'s slot, of how often each entry of ``stream`` failed in
+    ``component`` of ``topology_id`` read by position (entry id -> failures): it outlives the
+    rollbacks each failure causes, so a poison entry is given up on after ``max_fails``."""
+    return same_slot(stream, f":replay-fails:{check_topology_id(topology_id)}:{encode_component(component)}")
 
 
 def dead_letter_replayed(stream: str) -> str:

@@ -246,3 +246,42 @@ def test_rebalance_dag_through_the_rest_api(airflow_live, redis_url):
             assert "done: e2e-rb: running on 3 worker(s) (ticks=2, count=2)" in log, log[-3000:]
         finally:
             run.kill()
+
+
+@pytest.mark.spark
+def test_upgrade_dag_through_the_rest_api(airflow_live, redis_url):
+    """The manual topology_upgrade DAG, triggered through the REST API: a live exactly-once word
+    count on local workers is drained, savepointed and replaced by its next version (an extra
+    stateful counter) on Spark local[2], started from the savepoint under the same id; every word
+    is counted exactly once, and the savepoint stays for a rollback."""
+    from spark_topologies import exactly_once_wordcount
+
+    from examples.stateful_wordcount import counts_in_state
+    from examples.wordcount import load_sentences, true_counts
+    from state import savepoints
+    from topology_runtime import LocalCluster
+
+    live = airflow_live
+    conf = {"topology.state.provider": "redis", "topology.state.exactly.once": True,
+            "topology.state.checkpoint.interval.ms": 200, "topology.message.timeout.secs": 3,
+            "topology.max.spout.pending": 100}
+    r = redis.Redis.from_url(redis_url, decode_responses=True)
+    first = load_sentences(r, 300)
+    with LocalCluster(workers=2, redis_url=redis_url) as cluster:
+        run = cluster.submit("e2e-up", exactly_once_wordcount(bounded=False), {"redis.url": redis_url, **conf})
+        assert wait_for(lambda: counts_in_state(redis_url, "e2e-up") == true_counts(first), 120)
+        second = load_sentences(r, 200, seed=7)
+        run_id = live.trigger("topology_upgrade", {
+            "topology_id": "e2e-up", "new_topology": "tests.spark_topologies:exactly_once_wordcount_v2",
+            "workers": 2, "conf": conf, "savepoint_name": "pre-v2",
+            "rollback_topology": "tests.spark_topologies:exactly_once_wordcount"})
+        assert live.wait_for_run("topology_upgrade", run_id, timeout=420) == "success", \
+            live.describe_run("topology_upgrade", run_id)
+        assert run.done
+    states = {t: ti["state"] for t, ti in live.task_instances("topology_upgrade", run_id).items()}
+    assert states == {"drain": "success", "savepoint": "success", "upgrade": "success",
+                      "rollback_hint": "skipped"}, states
+    assert counts_in_state(redis_url, "e2e-up") == true_counts(first + second)  # nothing lost, nothing twice
+    assert [m.name for m in savepoints.list_savepoints(r, "e2e-up")] == ["pre-v2"]
+    assert "e2e-up/pre-v2" in live.task_log("topology_upgrade", run_id, "savepoint")
+

@@ -133,3 +133,52 @@ def test_replay_once_on_a_cluster_with_stream_and_list_on_different_masters(caps
         assert _cli(capsys, cluster_url, "dlc", "--replay")[0] == 0
     assert client.xlen(stream) == 2 and client.llen(f"{stream}:dead") == 0
     client.close()
+
+
+class RaiseOnPoison(Bolt):
+    """A bolt with a bug: raises on a malformed event (an exactly-once failure: a rollback)."""
+
+    def execute(self, tup) -> None:
+        if tup.values[0].startswith("poison"):
+            raise ValueError(f"cannot parse {tup.values[0]!r}")
+        self.ack(tup)
+
+
+def test_exactly_once_gives_up_on_a_poison_entry_and_goes_on(capsys, redis_url, r):
+    """One malformed event among good ones, read by position in exactly-once mode: each failure
+    rolls the topology back and is counted in Redis; past max_fails the entry is dead-lettered and
+    skipped, the run completes (three rollbacks, not the restart limit); `topology dead-letters`
+    lists it and `--replay` puts it back once."""
+    from state.layout import replay_fails
+    from topology_runtime.connectors import RedisStreamReplaySpout
+
+    for i in range(300):
+        r.xadd("eo:events", {"value": "poison" if i == 150 else f"e{i}"})
+    poison = r.xrange("eo:events")[150][0]
+    b = TopologyBuilder()
+    b.set_spout("events", RedisStreamReplaySpout("eo:events", url=redis_url, max_fails=2, bounded=True,
+                                                 batch_size=20), 2)
+    b.set_bolt("parse", RaiseOnPoison(), 2).shuffle_grouping("events")
+    conf = {"redis.url": redis_url, "topology.state.provider": "redis", "topology.state.exactly.once": True,
+            "topology.state.checkpoint.interval.ms": 200}
+    with LocalCluster(workers=2, redis_url=redis_url) as cluster:
+        status = cluster.run("eo-poison", b.create_topology(), conf, timeout=120)
+    assert status.state == "completed", status.error
+    assert r.hget(replay_fails("eo:events", "eo-poison", "events"), poison) == "3"  # 2 replays, then given up
+    dead = [json.loads(x) for x in r.lrange("eo:events:dead", 0, -1)]
+    assert [(d["id"], d["fields"], d["fails"]) for d in dead] == [(poison, {"value": "poison"}, 3)]
+    rc, out, err = _cli(capsys, redis_url, "eo-poison")
+    assert rc == 0, err
+    assert "events: RedisStreamReplaySpout on stream 'eo:events'" in out and f"{poison}  fails 3" in out
+    for _ in range(2):
+        assert _cli(capsys, redis_url, "eo-poison", "--replay")[0] == 0
+    assert r.xlen("eo:events") == 301 and r.llen("eo:events:dead") == 0
+
+
+def test_a_bare_string_where_a_stream_goes_is_refused():
+    from topology_runtime.connectors import RedisStreamReplaySpout
+
+    with pytest.raises(ValueError, match="one stream key"):
+        RedisStreamReplaySpout(["a", "b"])
+    with pytest.raises(ValueError, match="max_fails must be None or an integer >= 0"):
+        RedisStreamReplaySpout("s", max_fails=-1)

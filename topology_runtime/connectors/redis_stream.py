@@ -21,7 +21,7 @@ from typing import Any
 import redis
 
 from state.connection import connect
-from state.layout import dead_letter_list
+from state.layout import dead_letter_list, replay_fails
 
 from ..api.components import ReplayableSpout, Spout, TopologyContext
 from ..api.config import redis_url
@@ -327,10 +327,26 @@ class RedisStreamSpout(Spout):
 class RedisStreamReplaySpout(ReplayableSpout):
     """The replayable form for exactly-once mode: reads a stream by position (XREAD, no consumer
     group) and its snapshot is the id of the last entry it emitted; ``restore`` rewinds there.
-    Nothing is acked to Redis: the position is committed with each checkpoint."""
+    Nothing is acked to Redis: the position is committed with each checkpoint.
+
+    Poison entries: in exactly-once mode every failure rolls the whole topology back, so an entry
+    a bolt cannot process would fail on every replay. Each failure of an entry is counted in
+    Redis (``layout.replay_fails``: it outlives the rollback); past ``max_fails`` the entry goes
+    to the dead-letter list (``topology dead-letters``) and every later read skips it, so the
+    replay after that rollback goes on without it. ``max_fails=None``: never give up."""
 
     def __init__(self, stream: str, url: str | None = None, fields: list[str] | None = None,
-                 batch_size: int = 500, bounded: bool = False, start_id: str = "0-0") -> None:
+                 batch_size: int = 500, bounded: bool = False, start_id: str = "0-0",
+                 max_fails: int | None = 3, dead_letter: str | None = None) -> None:
+        if isinstance(stream, (list, tuple)) or not isinstance(stream, str) or not stream:
+            raise ValueError(f"RedisStreamReplaySpout: stream must be one stream key (a non-empty string), "
+                             f"got {stream!r}")
+        if max_fails is not None and (isinstance(max_fails, bool) or not isinstance(max_fails, int) or max_fails < 0):
+            raise ValueError(f"RedisStreamReplaySpout({stream!r}): max_fails must be None or an integer >= 0, "
+                             f"got {max_fails!r}")
+        self.max_fails = max_fails
+        self.dead_letter = dead_letter or dead_letter_list(stream)
+        self.dead_lettered = 0
         self.stream = stream
         self.url = url
         self.fields = list(fields or ["value"])
@@ -345,20 +361,37 @@ class RedisStreamReplaySpout(ReplayableSpout):
         self.redis = connect(url)
         # Partitioned over the component's tasks by a hash of the entry id: replays are identical.
         self.index, self.parallelism = context.task_index, context.parallelism
+        self._component = context.component_id
+        self._fails_key = replay_fails(self.stream, context.topology_id or "local", context.component_id)
+        if context.topology_id:
+            register(self.redis, context.topology_id, context.component_id, self.stream, self.dead_letter,
+                     type(self).__name__)
+        self._skip = self._given_up()
+
+    def _given_up(self) -> set[str]:
+        """The entries past ``max_fails`` (read at open and on every restore)."""
+        if self.max_fails is None:
+            return set()
+        return {(k.decode() if isinstance(k, bytes) else k) for k, n in self.redis.hgetall(self._fails_key).items()
+                if int(n) > self.max_fails}
 
     def snapshot(self) -> str:
         return self.position
 
     def restore(self, snapshot) -> None:
         self.position = snapshot
+        self._skip = self._given_up()
 
     def next_tuple(self) -> None:
         got = self.redis.xread({self.stream: self.position}, count=self.batch_size)
         entries = got[0][1] if got else []
+        skip = self._skip
         for raw_id, data in entries:
             mid = raw_id.decode()
             self.position = mid
             if self.parallelism > 1 and zlib.crc32(raw_id) % self.parallelism != self.index:
+                continue
+            if skip and mid in skip:
                 continue
             values = []
             for f in self.fields:
@@ -367,3 +400,25 @@ class RedisStreamReplaySpout(ReplayableSpout):
             self.emit(values, msg_id=mid)
         if self.bounded and not entries:
             self.finish()
+
+    def fail(self, msg_id: Any) -> None:
+        """Count the entry's failure in Redis; past ``max_fails``, dead-letter it (its fields read
+        back by id: nothing is kept per tuple) and skip it from now on."""
+        if self.max_fails is None or not isinstance(msg_id, str):
+            return
+        n = int(self.redis.hincrby(self._fails_key, msg_id, 1))
+        if n <= self.max_fails:
+            log.warning("stream %s entry %s failed (%d of %d before it is given up on)", self.stream, msg_id, n,
+                        self.max_fails + 1)
+            return
+        got = self.redis.xrange(self.stream, msg_id, msg_id)
+        data = got[0][1] if got else {}
+        fields = {f: (v.decode() if isinstance(v, bytes) else v)
+                  for f, v in ((f, data.get(f.encode())) for f in self.fields)}
+        self.redis.rpush(self.dead_letter, json.dumps({
+            "stream": self.stream, "id": msg_id, "fields": fields, "fails": n,
+            "reason": failure_reason(n, self.max_fails), "component": self._component}))
+        self._skip.add(msg_id)
+        self.dead_lettered += 1
+        log.warning("stream %s entry %s failed %d times: moved to dead-letter list %s and skipped from now on",
+                    self.stream, msg_id, n, self.dead_letter)

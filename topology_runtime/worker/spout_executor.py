@@ -215,17 +215,19 @@ class SpoutExecutor(BaseExecutor):
             self.pending.reset(root)
 
     def _failed(self, msg_id) -> None:
+        barrier = type(msg_id) is Barrier
+        if not barrier:
+            self.stats.failed += 1
+            try:
+                self.failed_ids.add(msg_id)
+            except TypeError:
+                pass
+            # Before the rollback is asked for: the spout may record the failure (a poison
+            # entry's count) where the rollback cannot undo it.
+            self._callback(self.instance.fail, msg_id)
         if self.port.exactly_once:
             # No per-tuple replay: any failure rolls every task back to the last checkpoint.
             self.port.exactly_once_failure(f"{self.component}[{self.task}]: tuple {msg_id!r:.60} failed or timed out")
-            if type(msg_id) is Barrier:
-                return
-        self.stats.failed += 1
-        try:
-            self.failed_ids.add(msg_id)
-        except TypeError:
-            pass
-        self._callback(self.instance.fail, msg_id)
 
     def timeout_tick(self) -> None:
         for msg_id, _t0 in self.pending.tick():
