@@ -10,7 +10,7 @@ import json
 import pytest
 import redis
 
-from topology_runtime import Bolt, LocalCluster, TopologyBuilder
+from topology_runtime import Bolt, LocalCluster, StatefulBolt, TopologyBuilder
 from topology_runtime.cli.main import main
 from topology_runtime.connectors import RedisStreamSpout
 
@@ -135,20 +135,28 @@ def test_replay_once_on_a_cluster_with_stream_and_list_on_different_masters(caps
     client.close()
 
 
-class RaiseOnPoison(Bolt):
-    """A bolt with a bug: raises on a malformed event (an exactly-once failure: a rollback)."""
+class CountOrRaise(StatefulBolt):
+    """Counts events by value in its state, with a bug: raises on a malformed event (in
+    exactly-once mode a failure: a rollback of every task)."""
+
+    def init_state(self, state) -> None:
+        self.state = state
 
     def execute(self, tup) -> None:
-        if tup.values[0].startswith("poison"):
-            raise ValueError(f"cannot parse {tup.values[0]!r}")
+        value = tup.values[0]
+        if value.startswith("poison"):
+            raise ValueError(f"cannot parse {value!r}")
+        self.state.put(value, self.state.get(value, 0) + 1)
         self.ack(tup)
 
 
 def test_exactly_once_gives_up_on_a_poison_entry_and_goes_on(capsys, redis_url, r):
     """One malformed event among good ones, read by position in exactly-once mode: each failure
     rolls the topology back and is counted in Redis; past max_fails the entry is dead-lettered and
-    skipped, the run completes (three rollbacks, not the restart limit); `topology dead-letters`
+    skipped, the run completes (three rollbacks, not the restart limit) with every good event
+    counted exactly once; `topology dead-letters`
     lists it and `--replay` puts it back once."""
+    from state.keyed_state import component_state
     from state.layout import replay_fails
     from topology_runtime.connectors import RedisStreamReplaySpout
 
@@ -158,12 +166,14 @@ def test_exactly_once_gives_up_on_a_poison_entry_and_goes_on(capsys, redis_url, 
     b = TopologyBuilder()
     b.set_spout("events", RedisStreamReplaySpout("eo:events", url=redis_url, max_fails=2, bounded=True,
                                                  batch_size=20), 2)
-    b.set_bolt("parse", RaiseOnPoison(), 2).shuffle_grouping("events")
+    b.set_bolt("parse", CountOrRaise(), 2).fields_grouping("events", ["value"])
     conf = {"redis.url": redis_url, "topology.state.provider": "redis", "topology.state.exactly.once": True,
             "topology.state.checkpoint.interval.ms": 200}
     with LocalCluster(workers=2, redis_url=redis_url) as cluster:
         status = cluster.run("eo-poison", b.create_topology(), conf, timeout=120)
     assert status.state == "completed", status.error
+    counts = dict(component_state(redis.Redis.from_url(redis_url), "eo-poison", "parse"))
+    assert counts == {f"e{i}": 1 for i in range(300) if i != 150}  # every good event counted once
     assert r.hget(replay_fails("eo:events", "eo-poison", "events"), poison) == "3"  # 2 replays, then given up
     dead = [json.loads(x) for x in r.lrange("eo:events:dead", 0, -1)]
     assert [(d["id"], d["fields"], d["fails"]) for d in dead] == [(poison, {"value": "poison"}, 3)]
