@@ -14,13 +14,15 @@ with DAG(
     catchup=False,
     render_template_as_native_obj=True,
     params={
-        "topology_id": Param("wordcount", type="string", minLength=1, title="Topology id",
+        "topology_id": Param("", type="string", minLength=1, title="Topology id",
                              description="The run name / topology id whose state to recover; an id this "
                                          "Redis has no record of fails the run, naming the ids it knows"),
         "action": Param("auto", type="string", enum=["auto", "rollback", "commit"], title="Action",
                         description="auto follows the checkpoint record (PREPARING -> roll back, "
                                     "COMMITTING -> commit); a forced action that would split txids is refused"),
-        "dry_run": Param(False, type="boolean", title="Dry run", description="Report only; change nothing"),
+        "dry_run": Param(True, type="boolean", title="Dry run",
+                         description="Report only; change nothing (on by default: read the report, then run "
+                                     "again with it off)"),
     },
     tags=["topology"],
 ) as dag:

@@ -261,8 +261,9 @@ def recover_stopped(client: redis.Redis, topology_id: str, action: str = "auto",
     return RecoveryReport(topology_id, str(cp), action, decision, dry_run, str(after), tasks)
 
 
-def reset(topology_id: str, redis_url: str) -> int:
-    """Delete a stopped topology's state and checkpoint records. Returns the number of keys."""
+def reset(topology_id: str, redis_url: str, dry_run: bool = False) -> int:
+    """Delete a stopped topology's state and checkpoint records. Returns the number of keys
+    (that would be deleted, with ``dry_run``)."""
     client = connect(redis_url)
     if client.exists(ctl_key(topology_id, "lease")):
         raise RecoveryRefused(f"topology {topology_id!r} is live: stop it before resetting its state")
@@ -273,6 +274,8 @@ def reset(topology_id: str, redis_url: str) -> int:
             if (owner_of(k) or ("",))[0] == topology_id and not is_savepoint_key(k)]
     # With the state go the settings it was written with: a new start may choose others.
     keys += [ctl_key(topology_id, n) for n in ("checkpoint", "namespaces")] + [settings_key(topology_id)]
+    if dry_run:
+        return sum(int(client.exists(k)) for k in keys)
     n = 0
     for i in range(0, len(keys), 500):
         n += client.delete(*keys[i:i + 500])

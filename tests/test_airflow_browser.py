@@ -144,9 +144,11 @@ def test_browser_login_topology_pages_and_trigger_form(airflow_live, run, page, 
     text = dialog.inner_text()  # rendered text only
     for label in ("Topology id", "Action", "Dry run", "Report only; change nothing"):
         assert label in text, label
-    # The topology_id param's field, with its default, set to this run's name (not submitted).
+    # The topology_id param's field: empty (no id is pre-filled: the form would act on whatever it
+    # names), set to this run's name (not submitted).
     inputs = dialog.locator("input[type=text], input:not([type])")
-    field = next(inputs.nth(i) for i in range(inputs.count()) if inputs.nth(i).input_value() == "wordcount")
+    assert not any(inputs.nth(i).input_value() == "wordcount" for i in range(inputs.count()))
+    field = next(inputs.nth(i) for i in range(inputs.count()) if inputs.nth(i).input_value() == "")
     field.fill(NAME)
     assert field.input_value() == NAME
     page.wait_for_timeout(500)  # the dialog's opening animation

@@ -187,3 +187,29 @@ def test_project_redis_has_a_generated_password_in_a_private_file(project):
     assert redis.Redis.from_url(url).ping()
     pid = int((root / ".topology" / "redis" / "redis.pid").read_text())
     assert project_password(root) not in Path(f"/proc/{pid}/cmdline").read_text()  # not in ps
+
+
+def test_the_cli_finds_the_checkouts_redis_from_any_directory_and_says_how_when_the_port_is_taken(
+        tmp_path, monkeypatch, capsys):
+    """Without TOPOLOGY_HOME, the checkout this package runs from holds `.topology/` (not the
+    working directory); a port held by something else is one line and exit 9, no traceback."""
+    import socket
+
+    from topology_runtime.api.exit_codes import ExitCode
+    from topology_runtime.cli.main import main
+    from topology_runtime.control.redis_server import project_root
+
+    monkeypatch.delenv("TOPOLOGY_HOME", raising=False)
+    monkeypatch.delenv("TOPOLOGY_REDIS_URL", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert project_root() == Path(__file__).resolve().parent.parent  # the checkout, from /tmp/...
+    with socket.socket() as squatter:  # the port the project-local Redis would take, held by another process
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        monkeypatch.setenv("TOPOLOGY_REDIS_PORT", str(squatter.getsockname()[1]))
+        capsys.readouterr()
+        assert main(["redis", "url"]) == ExitCode.REDIS_UNAVAILABLE
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("topology: port ") and "is taken by another process" in err and "--redis" in err
+    assert "Traceback" not in err and len(err.splitlines()) == 1
+    assert not (tmp_path / ".topology").exists()

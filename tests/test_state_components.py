@@ -196,3 +196,17 @@ def test_recovery_leaves_a_dropped_components_txids_out_of_its_decision(redis_ur
     assert report.decision == "commit" and load_checkpoint(client, "sc-rec") == CheckPointState(4, COMMITTED)
     assert {t.task: (t.dropped, t.committed_after) for t in report.tasks} == {"count/0": (False, 4), "old/0": (True, 3)}
     assert RedisKeyValueState(client, "sc-rec", "old", 0).get("n") == 1  # untouched
+
+
+def test_reset_of_an_unknown_id_exits_6_and_a_dry_run_deletes_nothing(redis_url, capsys):
+    from topology_runtime.cli.main import main
+
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    key = state_key("rs-dry", "count", 0, "state")
+    client.hset(key, "a", 1)
+    assert main(["reset", "rs-drx", "--redis", redis_url]) == ExitCode.NO_SUCH_RUN  # a typo
+    err = capsys.readouterr().err
+    assert "no topology 'rs-drx' in Redis" in err and "rs-dry" in err and "nothing deleted" in err
+    assert main(["reset", "rs-dry", "--dry-run", "--redis", redis_url]) == ExitCode.COMPLETED
+    assert "would delete 1 key(s) of topology 'rs-dry'" in capsys.readouterr().out and client.exists(key)
+    assert main(["reset", "rs-dry", "--redis", redis_url]) == ExitCode.COMPLETED and not client.exists(key)

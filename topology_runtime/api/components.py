@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn
 
+from .names import name_list
+
 DEFAULT_STREAM = "default"
 SYSTEM_COMPONENT = "__system"
 TICK_STREAM = "__tick"
@@ -28,7 +30,7 @@ class Stream:
     def __init__(self, fields: Sequence[str], direct: bool = False, chunk: bool = False) -> None:
         """``chunk``: each tuple is ``[head, rows]`` and stands for ``len(rows)`` tuples (see
         ``Bolt.chunk_emitter``); workers weigh it by its rows when they share out their time."""
-        self.fields = list(fields)
+        self.fields = name_list(fields, "fields", "Stream", allow_empty=True)
         self.direct = bool(direct)
         self.chunk = bool(chunk)
         if self.chunk and len(self.fields) != 2:

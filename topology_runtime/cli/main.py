@@ -203,13 +203,26 @@ def cmd_recover(args: argparse.Namespace) -> int:
 
 def cmd_reset(args: argparse.Namespace) -> int:
     from state import RecoveryRefused, reset
+    from state.connection import connect
+    from state.recovery import is_known, unknown_message
 
+    url = _redis(args)
+    client = connect(url)
     try:
-        n = reset(args.id, _redis(args))
+        if not is_known(client, args.id):  # a typo must not look like a reset that worked
+            print(f"topology: {unknown_message(client, args.id)}; nothing deleted", file=sys.stderr)
+            return ExitCode.NO_SUCH_RUN
+    finally:
+        client.close()
+    try:
+        n = reset(args.id, url, dry_run=args.dry_run)
     except RecoveryRefused as e:
         print(f"topology: reset refused: {e}", file=sys.stderr)
         return ExitCode.REFUSED
-    print(f"deleted {n} key(s) of topology {args.id!r}")
+    if args.dry_run:
+        print(f"would delete {n} key(s) of topology {args.id!r} (dry run: nothing deleted; savepoints are kept)")
+    else:
+        print(f"deleted {n} key(s) of topology {args.id!r} (savepoints are kept)")
     return ExitCode.COMPLETED
 
 
@@ -318,8 +331,9 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("--redis")
     rc.set_defaults(func=cmd_recover)
 
-    rs = sub.add_parser("reset", help="delete a stopped topology's state and checkpoint records")
+    rs = sub.add_parser("reset", help="delete a stopped topology's state and checkpoint records (savepoints stay)")
     rs.add_argument("id")
+    rs.add_argument("--dry-run", action="store_true", help="count what would be deleted; delete nothing")
     rs.add_argument("--redis")
     rs.set_defaults(func=cmd_reset)
 
@@ -339,6 +353,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from ..control.redis_server import ProjectRedisUnavailable
+
     logging.basicConfig(level=os.environ.get("TOPOLOGY_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     sys.path.insert(0, os.getcwd())  # a user's topology module is found from the working directory too
@@ -365,6 +381,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.REDIS_UNAVAILABLE
     except redis.ConnectionError as e:
         print(f"topology: cannot reach Redis: {e}", file=sys.stderr)
+        return ExitCode.REDIS_UNAVAILABLE
+    except ProjectRedisUnavailable as e:
+        print(f"topology: {e}", file=sys.stderr)
         return ExitCode.REDIS_UNAVAILABLE
 
 

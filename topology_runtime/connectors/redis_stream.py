@@ -25,6 +25,7 @@ from state.layout import dead_letter_list, replay_fails
 
 from ..api.components import ReplayableSpout, Spout, TopologyContext
 from ..api.config import redis_url
+from ..api.names import name_list
 from .dead_letters import failure_reason, register
 
 log = logging.getLogger(__name__)
@@ -58,10 +59,7 @@ class RedisStreamSpout(Spout):
                  fields: list[str] | None = None, batch_size: int = 500, max_fails: int | None = 5,
                  dead_letter: str | None = None, bounded: bool = False, start_id: str = "0",
                  claim_idle_ms: int = 30000, claim_interval_ms: int | None = None) -> None:
-        fields = ["value"] if fields is None else list(fields)
-        if not fields or not all(isinstance(f, str) and f for f in fields):
-            raise ValueError(f"RedisStreamSpout({stream!r}): fields must be a non-empty list of field names, "
-                             f"got {fields!r}")
+        fields = ["value"] if fields is None else name_list(fields, "fields", f"RedisStreamSpout({stream!r})")
         if batch_size < 1:
             raise ValueError(f"RedisStreamSpout({stream!r}): batch_size must be >= 1, got {batch_size}")
         if max_fails is not None and max_fails < 0:
@@ -349,7 +347,7 @@ class RedisStreamReplaySpout(ReplayableSpout):
         self.dead_lettered = 0
         self.stream = stream
         self.url = url
-        self.fields = list(fields or ["value"])
+        self.fields = ["value"] if fields is None else name_list(fields, "fields", f"RedisStreamReplaySpout({stream!r})")
         self.outputs = list(self.fields)
         self.batch_size = batch_size
         self.bounded = bounded

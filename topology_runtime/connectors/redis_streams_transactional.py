@@ -24,6 +24,7 @@ import redis
 from state.connection import connect
 
 from ..api.config import redis_url
+from ..api.names import name_list
 from ..transactional.spouts import OpaquePartitionedTransactionalSpout, PartitionedTransactionalSpout
 
 log = logging.getLogger(__name__)
@@ -36,10 +37,8 @@ def _s(x: bytes | str) -> str:
 class _StreamPartitions:
     def __init__(self, streams: Sequence[str], fields: Sequence[str], url: str | None = None,
                  max_entries: int = 500, stop_when_drained: bool = False) -> None:
-        if not streams or not all(isinstance(s, str) and s for s in streams):
-            raise ValueError(f"{type(self).__name__}: streams must be a non-empty list of stream keys, got {streams!r}")
-        if not fields or not all(isinstance(f, str) and f for f in fields):
-            raise ValueError(f"{type(self).__name__}: fields must be a non-empty list of field names, got {fields!r}")
+        streams = name_list(streams, "streams (the stream keys, one per partition)", type(self).__name__)
+        fields = name_list(fields, "fields", type(self).__name__)
         if max_entries < 1:
             raise ValueError(f"{type(self).__name__}: max_entries must be >= 1, got {max_entries}")
         self.streams = list(streams)

@@ -132,9 +132,31 @@ class RedisServer:
         self.stop()
 
 
+class ProjectRedisUnavailable(RuntimeError):
+    """The project-local Redis cannot be started or reached; the message says how to point
+    the command at a Redis instead (one line)."""
+
+
+def project_root() -> Path:
+    """Where ``.topology/`` lives: ``TOPOLOGY_HOME``, else the checkout this package runs from
+    (an editable install: the same Redis from any working directory), else the working directory."""
+    home = os.environ.get("TOPOLOGY_HOME")
+    if home:
+        return Path(home)
+    checkout = Path(__file__).resolve().parents[2]
+    if (checkout / "pyproject.toml").is_file() and (checkout / "topology_runtime").is_dir():
+        return checkout
+    return Path(os.getcwd())
+
+
 def _project_dir(root: Path | None) -> Path:
     # absolute: redis-server chdirs into --dir before it opens the pidfile and logfile
-    return (Path(root or os.environ.get("TOPOLOGY_HOME") or os.getcwd()) / ".topology" / "redis").resolve()
+    return (Path(root or project_root()) / ".topology" / "redis").resolve()
+
+
+def _how(port: int) -> str:
+    return (f"point the command at a Redis with --redis URL or TOPOLOGY_REDIS_URL, or give the project-local one "
+            f"another port with TOPOLOGY_REDIS_PORT (now {port})")
 
 
 def project_password(root: Path | None = None) -> str:
@@ -170,15 +192,28 @@ def project_redis_url(root: Path | None = None, start: bool = True) -> str:
     server = RedisServer(d, port=port, appendonly=True, password=project_password(root))
     args = server.args() + ["--daemonize", "yes", "--pidfile", str(d / "redis.pid"),
                             "--logfile", str(d / "redis.log")]
+    if _port_taken(port):  # another checkout's Redis, or anything else: not ours to start over
+        raise ProjectRedisUnavailable(f"port {port} is taken by another process (another checkout's project-local "
+                                      f"Redis, with its own password?); {_how(port)}")
     done = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if done.returncode != 0:
-        raise RuntimeError(f"the project-local Redis did not start on port {port}: {done.stdout.strip()}")
+        raise ProjectRedisUnavailable(f"the project-local Redis did not start on port {port}: "
+                                      f"{done.stdout.strip()}; {_how(port)}")
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if _ping(url, 0.2):
             return url
         time.sleep(0.05)
-    raise RuntimeError(f"the project-local Redis did not start on port {port}; see {d / 'redis.log'}")
+    raise ProjectRedisUnavailable(f"the project-local Redis did not start on port {port} (see {d / 'redis.log'}); "
+                                  f"{_how(port)}")
+
+
+def _port_taken(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def stop_project_redis(root: Path | None = None) -> bool:

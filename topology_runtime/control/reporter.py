@@ -43,7 +43,8 @@ def progress_line(status: RunStatus, prev: dict[str, int], dt: float) -> str:
     parts = []
     for name, c in status.components.items():
         done = c.emitted if c.executed == 0 else c.executed
-        rate = (done - prev.get(name, 0)) / dt if dt > 0 else 0.0
+        # Never below 0: figures a killed worker had not reported yet are lost with it.
+        rate = max(0.0, (done - prev.get(name, 0)) / dt) if dt > 0 else 0.0
         prev[name] = done
         label = (f"{compact(c.emitted)} emitted {compact(c.acked)} acked" if c.executed == 0
                  else f"{compact(c.executed)} executed")

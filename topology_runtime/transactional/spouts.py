@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..api.names import name_list
+
 
 class PartitionedTransactionalSpout:
     """A spout whose batches are per-partition slices that replay identically.
@@ -123,7 +125,7 @@ class MemoryTransactionalSpout(PartitionedTransactionalSpout):
 
     def __init__(self, data: dict[int, list[list]], fields: list[str], take_per_batch: int) -> None:
         self.data = {int(p): [list(r) for r in rows] for p, rows in data.items()}
-        self.fields = list(fields)
+        self.fields = name_list(fields, "fields", type(self).__name__)
         self.take = int(take_per_batch)
 
     def num_partitions(self) -> int:

@@ -212,8 +212,8 @@ class BoltExecutor(BaseExecutor):
 class _TickCall:
     """A queued tick tuple's executor: a tick is not topology work, so it is kept out of
     ``executed``, which the supervisor compares between probes to see a run settle (ticks never
-    would). Taken out in the same call that counts it in: a probe never sees a queued tick
-    missing from the count."""
+    would). Taken out in the same call that counts it in, and only if it was counted: a probe
+    never sees a tick in the count, nor a count below what was executed."""
 
     __slots__ = ("ex", "task")
 
@@ -222,8 +222,12 @@ class _TickCall:
         self.task = ex.task
 
     def process(self, tup: Tuple) -> None:
-        ex = self.ex
-        ex.stats.executed -= 1
-        ex.process(tup)
+        stats = self.ex.stats
+        before = stats.executed
+        try:
+            self.ex.process(tup)
+        finally:
+            if stats.executed > before:  # a tick held (a stateful bolt before its state) counted nothing
+                stats.executed -= 1
 
 
