@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from ..api.status import COMPLETED, FAILED, FINAL_STATES, KILLED, RUNNING, STARTING, RunStatus
 from ..plan.planner import Plan
 from ..transport import messages as cm
-from ..transport.sockets import ControlServer
+from ..transport.sockets import ControlServer, transport_encryption
 from .operations import DayTwoOperations
 from .rebalance import Rebalance
 from .slots import WorkerSlot
@@ -44,7 +44,7 @@ class RunSupervisor(DayTwoOperations):
         self.name = name
         self.plan = plan
         self.secret = secrets.token_bytes(32)
-        self.control = ControlServer(self.secret, host)
+        self.control = ControlServer(self.secret, host, curve=transport_encryption(plan.conf))
         self.slots = {i: WorkerSlot(i) for i in range(plan.workers)}
         self._carried: dict = {}  # stats of the slots of earlier plans (re-planned runs)
         self.state = STARTING

@@ -1,13 +1,23 @@
 """Batched, authenticated messages between processes over pyzmq; msgpack payloads.
 
-Knows nothing of topologies. Every message is three frames: a keyed BLAKE2b MAC, a header
-(sender, epoch, sequence number) and the payload. The MAC covers the header, the payload and
-the address of the process it is meant for, under a per-run secret. A receiver drops (and
-counts), never decodes: a message that fails the MAC, has the wrong shape, or does not come
-after what it already took from that sender ((epoch, seq) must grow: a replayed message is
-refused, and one captured for an earlier incarnation of a process fails the MAC of the new one,
-which binds a new address). Every socket caps the size of what it accepts. Payloads are msgpack
-only: nothing from the network is ever unpickled.
+Knows nothing of topologies. Two modes, both keyed by the per-run secret:
+
+* **CURVE** (the default; libsodium, in the pyzmq wheel): every socket is a CurveZMQ endpoint.
+  The run's key pair is derived from the run secret (``curve_keys``), so workers get it the way
+  they get the secret, never on a command line. A peer without it cannot complete the handshake:
+  nothing it sends is buffered past the handshake or decoded. Traffic is encrypted and each
+  connection authenticated, with CurveZMQ's per-message nonces against replay and reordering
+  inside a connection. A message is two frames: a header (sender, epoch, sequence number) and
+  the payload; the header's (epoch, seq) must still grow per sender, which CURVE cannot know:
+  a process of an earlier incarnation, still connected, is not heard over its successor.
+* **MAC** (``curve=False``, or a libzmq without CURVE): plaintext, three frames: a keyed BLAKE2b
+  MAC over the header, the payload and the address of the process it is meant for, then the
+  header and the payload. Replays are refused by the (epoch, seq) order, a message captured for
+  an earlier incarnation of a process fails the MAC of the new one (a new address).
+
+A receiver drops (and counts), never decodes, a message of the wrong shape or order (or MAC).
+Every socket caps the size of what it accepts. Payloads are msgpack only: nothing from the
+network is ever unpickled.
 """
 
 from __future__ import annotations
@@ -32,7 +42,42 @@ _MAC_SIZE = 16
 _HEADER = struct.Struct("!IQQ")  # sender, epoch, seq
 SUPERVISOR = 0xFFFFFFFF  # the sender id of the supervisor's control messages
 CONTROL_MAX_BYTES = 16 << 20  # a control message: stats, errors with tracebacks, a peer table
-DATA_MAX_BYTES = 256 << 20  # default cap of one batch between workers
+DATA_MAX_BYTES = 8 << 20  # default cap of one batch between workers (a larger batch is sent in halves)
+CURVE_AVAILABLE = zmq.has("curve")
+
+
+def curve_keys(secret: bytes) -> tuple[bytes, bytes]:
+    """(public, secret) Z85 CurveZMQ key pair of a run, derived from its secret: every process
+    that holds the secret holds the keys; nothing else does."""
+    from zmq.utils import z85
+
+    seed = hashlib.blake2b(secret, digest_size=32, person=b"topology-curve").digest()
+    secret_key = z85.encode(seed)
+    return zmq.curve_public(secret_key), secret_key
+
+
+def transport_encryption(conf: Any) -> bool:
+    """Whether a run's sockets use CURVE: ``topology.transport.encryption`` (default on), if
+    this libzmq has it (else the MAC mode, with a warning)."""
+    wanted = bool(conf.get("topology.transport.encryption", True))
+    if wanted and not CURVE_AVAILABLE:
+        log.warning("this libzmq has no CURVE: worker traffic goes in plaintext with a MAC per message")
+    return wanted and CURVE_AVAILABLE
+
+
+def curve_server(sock: zmq.Socket, secret: bytes) -> None:
+    public, secret_key = curve_keys(secret)
+    sock.curve_server = True
+    sock.curve_publickey, sock.curve_secretkey = public, secret_key
+
+
+def curve_client(sock: zmq.Socket, secret: bytes) -> None:
+    """The client side: the run's public key as the server's, a key pair of its own (no ZAP
+    handler: knowing the server's public key, derived from the secret, is what admits it)."""
+    server_public, _ = curve_keys(secret)
+    public, secret_key = zmq.curve_keypair()
+    sock.curve_serverkey = server_public
+    sock.curve_publickey, sock.curve_secretkey = public, secret_key
 
 
 def _mac(secret: bytes, dest: bytes, header: bytes, payload: bytes) -> bytes:
@@ -62,18 +107,20 @@ class _Sender:
 
 
 class _Receiver:
-    """Checks what arrives for ``dest``: MAC, shape, and (epoch, seq) growing per sender."""
+    """Checks what arrives for ``dest``: shape, MAC (MAC mode), and (epoch, seq) growing per sender."""
 
-    def __init__(self, secret: bytes, dest: str, what: str) -> None:
+    def __init__(self, secret: bytes, dest: str, what: str, curve: bool = False) -> None:
         self.secret, self.dest, self.what = secret, dest.encode(), what
+        self.curve = curve
+        self.frames = 2 if curve else 3
         self.last: dict[int, tuple[int, int]] = {}
         self.rejected = 0
 
     def check(self, frames: list) -> tuple[int, int, bytes] | None:
         """(sender, epoch, payload) of an authentic, new message; None (counted) otherwise."""
-        if len(frames) == 3 and len(frames[1]) == _HEADER.size:
-            mac, header, payload = frames
-            if hmac.compare_digest(mac, _mac(self.secret, self.dest, header, payload)):
+        if len(frames) == self.frames and len(frames[-2]) == _HEADER.size:
+            header, payload = frames[-2], frames[-1]
+            if self.curve or hmac.compare_digest(frames[0], _mac(self.secret, self.dest, header, payload)):
                 sender, epoch, seq = _HEADER.unpack(header)
                 if (epoch, seq) > self.last.get(sender, (-1, 0)):
                     self.last[sender] = (epoch, seq)
@@ -93,8 +140,10 @@ class DataTransport:
     """
 
     def __init__(self, secret: bytes, send_hwm: int = 64, recv_hwm: int = 1024, host: str = "127.0.0.1",
-                 sender: int = 0, epoch: int = 0, max_bytes: int = DATA_MAX_BYTES) -> None:
+                 sender: int = 0, epoch: int = 0, max_bytes: int = DATA_MAX_BYTES,
+                 curve: bool = CURVE_AVAILABLE) -> None:
         self.secret = secret
+        self.curve = curve
         self.ctx = zmq.Context()
         self.host = host
         self.send_hwm = send_hwm
@@ -103,6 +152,8 @@ class DataTransport:
         self.pull.setsockopt(zmq.RCVHWM, recv_hwm)
         self.pull.setsockopt(zmq.LINGER, 0)
         self.pull.setsockopt(zmq.MAXMSGSIZE, max_bytes)  # larger: the sender is disconnected
+        if curve:
+            curve_server(self.pull, secret)
         self.peers: dict[int, zmq.Socket] = {}
         self.peer_dest: dict[int, bytes] = {}
         self.backlog: dict[int, deque] = {}
@@ -121,7 +172,7 @@ class DataTransport:
         else:
             port = self.pull.bind_to_random_port(f"tcp://{self.host}")
         self.address = f"tcp://{self.host}:{port}"
-        self._receiver = _Receiver(self.secret, self.address, "data")
+        self._receiver = _Receiver(self.secret, self.address, "data", self.curve)
         return self.address
 
     def connect(self, peer: int, address: str) -> None:
@@ -131,6 +182,8 @@ class DataTransport:
         s = self.ctx.socket(zmq.PUSH)
         s.setsockopt(zmq.SNDHWM, self.send_hwm)
         s.setsockopt(zmq.LINGER, 0)
+        if self.curve:
+            curve_client(s, self.secret)
         s.connect(address)
         self.peers[peer] = s
         self.peer_dest[peer] = address.encode()
@@ -145,7 +198,10 @@ class DataTransport:
             return
         q = self.backlog[peer]
         header = self._sender.header()
-        q.append((_mac(self.secret, self.peer_dest[peer], header, payload), header, payload))
+        if self.curve:
+            q.append((header, payload))
+        else:
+            q.append((_mac(self.secret, self.peer_dest[peer], header, payload), header, payload))
         if len(q) == 1:
             self._flush_peer(peer, q)
 
@@ -203,15 +259,18 @@ class ControlServer:
     to. Identities are the ROUTER's own (random per connection): a worker is known by the identity
     its authenticated hello came from, so a client cannot take a worker's place by naming itself."""
 
-    def __init__(self, secret: bytes, host: str = "127.0.0.1") -> None:
+    def __init__(self, secret: bytes, host: str = "127.0.0.1", curve: bool = CURVE_AVAILABLE) -> None:
         self.secret = secret
+        self.curve = curve
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.MAXMSGSIZE, CONTROL_MAX_BYTES)
+        if curve:
+            curve_server(self.sock, secret)
         port = self.sock.bind_to_random_port(f"tcp://{host}")
         self.address = f"tcp://{host}:{port}"
-        self._receiver = _Receiver(secret, self.address, "control")
+        self._receiver = _Receiver(secret, self.address, "control", curve)
         self._sender = _Sender(SUPERVISOR, secrets.randbits(63))
 
     @property
@@ -229,7 +288,8 @@ class ControlServer:
                 frames = self.sock.recv_multipart(flags=zmq.NOBLOCK)
             except zmq.Again:
                 return None
-            got = self._receiver.check(frames[1:]) if len(frames) == 4 else self._receiver.check([])
+            got = self._receiver.check(frames[1:]) if len(frames) == self._receiver.frames + 1 \
+                else self._receiver.check([])
             if got is None:
                 continue
             msg = _parse_control(got[2])
@@ -240,9 +300,10 @@ class ControlServer:
         """To the worker connected as ``identity`` whose data address is ``dest``."""
         payload = pack(msg.to_wire())
         header = self._sender.header()
+        frames = [identity, header, payload] if self.curve else \
+            [identity, _mac(self.secret, dest.encode(), header, payload), header, payload]
         try:
-            self.sock.send_multipart([identity, _mac(self.secret, dest.encode(), header, payload), header, payload],
-                                     flags=zmq.NOBLOCK)
+            self.sock.send_multipart(frames, flags=zmq.NOBLOCK)
         except (zmq.Again, zmq.ZMQError):
             pass  # the worker is gone; the launcher notices that separately
 
@@ -255,22 +316,26 @@ class ControlClient:
     """A worker's connection to the control endpoint. ``me`` is the worker's data address: what
     the supervisor's messages to this incarnation are bound to."""
 
-    def __init__(self, ctx: zmq.Context, secret: bytes, address: str, me: str, sender: int, epoch: int) -> None:
+    def __init__(self, ctx: zmq.Context, secret: bytes, address: str, me: str, sender: int, epoch: int,
+                 curve: bool = CURVE_AVAILABLE) -> None:
         self.secret = secret
+        self.curve = curve
         self.server = address.encode()
         self.sock = ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 2000)
         self.sock.setsockopt(zmq.MAXMSGSIZE, CONTROL_MAX_BYTES)
+        if curve:
+            curve_client(self.sock, secret)
         self.sock.connect(address)
         self._sender = _Sender(sender, epoch)
-        self._receiver = _Receiver(secret, me, "control")
+        self._receiver = _Receiver(secret, me, "control", curve)
 
     def send(self, msg: ControlMessage) -> None:
         payload = pack(msg.to_wire())
         header = self._sender.header()
+        frames = [header, payload] if self.curve else [_mac(self.secret, self.server, header, payload), header, payload]
         try:
-            self.sock.send_multipart([_mac(self.secret, self.server, header, payload), header, payload],
-                                     flags=zmq.NOBLOCK)
+            self.sock.send_multipart(frames, flags=zmq.NOBLOCK)
         except zmq.Again:
             pass
 

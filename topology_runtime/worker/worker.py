@@ -22,7 +22,7 @@ from ..api.components import Tuple
 from ..api.config import FENCING_TOKEN
 from ..plan.planner import Plan
 from ..transport.messages import ProbeReply
-from ..transport.sockets import ControlClient, DataTransport, pack, unpack
+from ..transport.sockets import ControlClient, DataTransport, pack, transport_encryption, unpack
 from .acker_executor import AckerExecutor
 from .acker_routing import DATA, AckerRouting
 from .bolt_executor import BoltExecutor
@@ -113,18 +113,23 @@ class Worker:
         self.off_loop_runners: dict[int, SerialRunner] = {}
         self.off_loop_inflight = 0
 
+        max_bytes = int(self.conf["topology.transfer.max.message.bytes"])
+        curve = transport_encryption(self.conf)
         self.transport = DataTransport(
             spec.secret,
             send_hwm=int(self.conf["topology.transfer.buffer.size"]),
-            recv_hwm=int(self.conf["topology.executor.receive.buffer.size"]),
+            # What one peer can make this worker hold: at most max.buffered.bytes.
+            recv_hwm=max(2, min(int(self.conf["topology.executor.receive.buffer.size"]),
+                                int(self.conf["topology.transfer.max.buffered.bytes"]) // max_bytes)),
             host=spec.host,
             sender=self.index,
             epoch=spec.incarnation,
-            max_bytes=int(self.conf["topology.transfer.max.message.bytes"]),
+            max_bytes=max_bytes,
+            curve=curve,
         )
         self.address = self.transport.bind()
         self.control = ControlClient(self.transport.ctx, spec.secret, spec.control_address, me=self.address,
-                                     sender=self.index, epoch=spec.incarnation)
+                                     sender=self.index, epoch=spec.incarnation, curve=curve)
         self.ctl = WorkerControl(self.control, self, self.index, spec.incarnation, self.address, spec.host)
         self.port = WorkerPort(
             deliver=self.deliver, enqueue=lambda ex, tup: self.queue.append((ex, tup)),
