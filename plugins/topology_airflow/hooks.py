@@ -56,7 +56,13 @@ class _DriverSubmit(SparkSubmitHook):
         return super()._process_spark_submit_log(tee())
 
     def reason(self) -> str | None:
-        return next((m.group(1) for line in reversed(self.tail) if (m := _REASON.match(line.strip()))), None)
+        return driver_reason(self.tail)
+
+
+def driver_reason(lines: Any) -> str | None:
+    """The driver's own last one-line reason for not running, among its output ``lines`` (however
+    many lines of Spark's shutdown follow it)."""
+    return next((m.group(1) for line in reversed(list(lines)) if (m := _REASON.match(line.strip()))), None)
 
 
 def submit_failure(name: str, reason: str | None, code: int | None) -> str:

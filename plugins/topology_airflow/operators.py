@@ -10,7 +10,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
-from .hooks import TopologyHook, driver_summary, failure_lines
+from .hooks import TopologyHook, driver_reason, driver_summary, failure_lines
 from .links import TopologyLink
 from .triggers import TopologyTrigger
 
@@ -163,8 +163,14 @@ class SubmitTopologyOperator(BaseOperator):
         for line in summary:
             self.log.info("%s", line)
         if event.get("state") == "not-started":
-            tail = "\n".join((text or "").splitlines()[-20:])
-            raise AirflowException(f"topology {self.name!r} did not start: {event.get('error')}"
+            lines = (text or "").splitlines()
+            # The driver's reason (an import error, a rejected config) first, wherever it is in
+            # the log: Spark's shutdown may print many lines after it.
+            reason = driver_reason(lines)
+            tail = "\n".join(lines[-20:])
+            raise AirflowException(f"topology {self.name!r} did not start: "
+                                   + (f"{reason.removeprefix('error: ')} ({event.get('error')})" if reason
+                                      else str(event.get("error")))
                                    + (f"\nlast driver lines:\n{tail}" if tail else ""))
         return self._outcome(None, rec, event.get("state"))
 
