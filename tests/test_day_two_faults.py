@@ -1,4 +1,4 @@
-"""A driver SIGKILLed in the middle of a rebalance or a live savepoint: the run it leaves is
+"""A driver SIGKILLed in the middle of a rebalance, a rescale or a live savepoint: the run it leaves is
 brought back by `topology recover` and a resubmit with nothing lost and, exactly-once, nothing
 counted twice; a savepoint the crash let finish restores to exact counts too (the driver is the
 `topology run` process, its workers local processes)."""
@@ -39,7 +39,7 @@ def _txid(client, name):
     return int(raw[b"txid"]) if raw else -1
 
 
-@pytest.mark.parametrize("operation", ["rebalance", "savepoint"])
+@pytest.mark.parametrize("operation", ["rebalance", "rescale", "savepoint"])
 def test_driver_killed_during_a_day_two_operation(redis_url, operation):
     client = redis.Redis.from_url(redis_url)
     truth = true_counts(load_sentences(redis.Redis.from_url(redis_url, decode_responses=True), 1500))
@@ -51,6 +51,9 @@ def test_driver_killed_during_a_day_two_operation(redis_url, operation):
         assert wait_for(lambda: _txid(client, name) >= 2, 60)
         if operation == "rebalance":
             assert cp.request_rebalance(name, 3, timeout=5)
+            request = f"topology:{{{name}:ctl}}:rebalance"
+        elif operation == "rescale":  # the keyed count 2 -> 3 tasks; the resubmit below has 2 again
+            assert cp.request_rebalance(name, None, timeout=5, parallelism={"count": 3})
             request = f"topology:{{{name}:ctl}}:rebalance"
         else:
             assert cp.request_savepoint(name, "mid")
