@@ -13,11 +13,12 @@ checked by comparing every key of the id (``DEBUG DIGEST-VALUE``, else a hash of
 before and after. The contrast: the same keys in the earlier layout (one hash per task, routed
 by hash % tasks as at 4ceeba2), moved by hand (HGETALL, HSET to the new owner, HDEL).
 
-``python bench/rescale.py wordcount [--before REV] [--after REV] [--repeat 3] [--sentences N] [--profile DIR]``
+``python bench/rescale.py wordcount [--before REV] [--after REV | --trees DIR DIR] [--repeat 3] [--sentences N] [--profile DIR]``
 
 The exactly-once stateful word count and the plain acked word count (bench/throughput.py's
 workload and count bolt; 2 workers) at two commits (default 4ceeba2 and HEAD: ``git worktree``s in a
-temporary directory, removed after), rounds interleaved, best of ``--repeat``. Each run
+temporary directory, removed after; or ``--trees``: two checkouts made beforehand, left in
+place), rounds interleaved, best of ``--repeat`` and the median of the per-round ratios. Each run
 is a child process with the tree first on ``sys.path`` and as its cwd (the same venv).
 """
 
@@ -543,13 +544,21 @@ def wordcount_main(args) -> int:
                               capture_output=True, text=True).stdout.strip()
 
     # Both trees are worktrees of their commits: the run never sees uncommitted edits of this tree.
-    base = Path(tempfile.mkdtemp(prefix="bench-wordcount-"))
+    # --trees: checkouts made beforehand (``git worktree add``), run as they are and left in place.
+    base = None
     trees = {}
-    for label, rev in (("before", args.before), ("after", args.after)):
-        tree = base / label
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), rev], check=True,
-                       capture_output=True)
-        trees[f"{label} ({short(rev)})"] = tree
+    if args.trees:
+        for label, tree in zip(("before", "after"), args.trees):
+            rev = subprocess.run(["git", "-C", tree, "rev-parse", "--short", "HEAD"], check=True,
+                                 capture_output=True, text=True).stdout.strip()
+            trees[f"{label} ({rev})"] = Path(tree).resolve()
+    else:
+        base = Path(tempfile.mkdtemp(prefix="bench-wordcount-"))
+        for label, rev in (("before", args.before), ("after", args.after)):
+            tree = base / label
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), rev], check=True,
+                           capture_output=True)
+            trees[f"{label} ({short(rev)})"] = tree
     server = start_redis()
     modes = [m for m in ("eo", "acked") if m in args.modes.split(",")]
     runs: dict[tuple, list[dict]] = defaultdict(list)
@@ -581,9 +590,10 @@ def wordcount_main(args) -> int:
     finally:
         server.stop()
         shutil.rmtree(server.data_dir, ignore_errors=True)
-        for tree in trees.values():
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
-        shutil.rmtree(base, ignore_errors=True)
+        if base is not None:
+            for tree in trees.values():
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
+            shutil.rmtree(base, ignore_errors=True)
     names = {"eo": "exactly-once stateful word count", "acked": "plain word count, acking on"}
     print(f"\n{args.sentences:,} sentences x 10 words, LocalCluster 2 workers, parallelism 2, best of {args.repeat} "
           f"interleaved rounds, {os.cpu_count()} cores\n")
@@ -602,6 +612,14 @@ def wordcount_main(args) -> int:
         rb = ", ".join(f"{r['words_per_sec']:,}" for r in b)
         ra = ", ".join(f"{r['words_per_sec']:,}" for r in a)
         print(f"| {names[mode]}{'' if ok else ' (COUNT MISMATCH)'} | {bb:,} | {ab:,} | {ab / bb:.2f} | {rb} | {ra} |")
+    print("\n| topology | after / before, round by round | median (range) |")
+    print("|---|---|---:|")
+    for mode in modes:
+        b, a = runs[(mode, bl)], runs[(mode, al)]
+        ratios = [ra["words_per_sec"] / rb["words_per_sec"] for rb, ra in zip(b, a)]
+        rs = sorted(ratios)
+        m = rs[len(rs) // 2] if len(rs) % 2 else (rs[len(rs) // 2 - 1] + rs[len(rs) // 2]) / 2
+        print(f"| {names[mode]} | {', '.join(f'{x:.2f}' for x in ratios)} | {m:.2f} ({rs[0]:.2f}-{rs[-1]:.2f}) |")
     print("\n| topology | median words/s before / after | median CPU s a run before / after | after / before "
           "| Redis CPU s before / after |")
     print("|---|---|---|---:|---|")
@@ -630,6 +648,8 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--repeat", type=int, default=3)
     w.add_argument("--sentences", type=int, default=100_000)
     w.add_argument("--modes", default="eo,acked")
+    w.add_argument("--trees", nargs=2, metavar=("BEFORE", "AFTER"), default=None,
+                   help="existing checkouts to compare (e.g. git worktrees), instead of --before/--after")
     w.add_argument("--profile", default=None, metavar="DIR",
                    help="sample each exactly-once run's count workers with pyinstrument into DIR")
     c = sub.add_parser("_run")
