@@ -35,11 +35,8 @@ DEFAULTS: dict[str, Any] = {
     "topology.transfer.buffer.size": 64,
     "topology.executor.receive.buffer.size": 1024,
     # A batch between workers: a larger one is sent in halves; only a single tuple over it is
-    # refused. With the receive buffer below, it bounds what a worker holds from one peer.
-    "topology.transfer.max.message.bytes": 8 << 20,
-    # Bytes a worker buffers from one peer at most: its receive buffer (in batches) is cut to
-    # this over the largest message.
-    "topology.transfer.max.buffered.bytes": 256 << 20,
+    # refused (it times out and replays).
+    "topology.transfer.max.message.bytes": 64 << 20,
     # CurveZMQ encryption and authentication of every worker and control socket (keys derived
     # from the run's secret); false: plaintext with a keyed MAC per message. docs/security.md.
     "topology.transport.encryption": True,
@@ -264,7 +261,7 @@ def resolve_config(conf: Mapping[str, Any] | None, workers: int | None = None,
         raise ConfigError(f"config key {k!r}: expected a number >= 1, got {out[k]!r}")
     for k in ("topology.transfer.batch.size", "topology.transfer.buffer.size",
               "topology.executor.receive.buffer.size", "topology.max.restarts",
-              "topology.transfer.max.message.bytes", "topology.transfer.max.buffered.bytes"):
+              "topology.transfer.max.message.bytes"):
         out[k] = _positive_number(k, out[k], integer=True, zero=(k == "topology.max.restarts"))
     out["topology.state.provider"] = _state_provider(out, between_keys)
     k = "topology.state.checkpoint.interval.ms"

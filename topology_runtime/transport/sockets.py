@@ -42,7 +42,7 @@ _MAC_SIZE = 16
 _HEADER = struct.Struct("!IQQ")  # sender, epoch, seq
 SUPERVISOR = 0xFFFFFFFF  # the sender id of the supervisor's control messages
 CONTROL_MAX_BYTES = 16 << 20  # a control message: stats, errors with tracebacks, a peer table
-DATA_MAX_BYTES = 8 << 20  # default cap of one batch between workers (a larger batch is sent in halves)
+DATA_MAX_BYTES = 64 << 20  # default cap of one batch between workers (a larger batch is sent in halves)
 CURVE_AVAILABLE = zmq.has("curve")
 
 

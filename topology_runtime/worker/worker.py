@@ -118,9 +118,7 @@ class Worker:
         self.transport = DataTransport(
             spec.secret,
             send_hwm=int(self.conf["topology.transfer.buffer.size"]),
-            # What one peer can make this worker hold: at most max.buffered.bytes.
-            recv_hwm=max(2, min(int(self.conf["topology.executor.receive.buffer.size"]),
-                                int(self.conf["topology.transfer.max.buffered.bytes"]) // max_bytes)),
+            recv_hwm=int(self.conf["topology.executor.receive.buffer.size"]),
             host=spec.host,
             sender=self.index,
             epoch=spec.incarnation,
