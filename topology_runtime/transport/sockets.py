@@ -28,6 +28,7 @@ import itertools
 import logging
 import secrets
 import struct
+import threading
 from collections import deque
 from typing import Any
 
@@ -271,6 +272,9 @@ class ControlServer:
         port = self.sock.bind_to_random_port(f"tcp://{host}")
         self.address = f"tcp://{host}:{port}"
         self._receiver = _Receiver(secret, self.address, "control", curve)
+        # A zmq socket is not thread-safe: the supervisor's loop polls and receives while another
+        # thread (a kill, a pause from the launcher) may send. One lock around every use.
+        self._lock = threading.Lock()
         self._sender = _Sender(SUPERVISOR, secrets.randbits(63))
 
     @property
@@ -278,14 +282,17 @@ class ControlServer:
         return self._receiver.rejected
 
     def poll(self, timeout_ms: int) -> bool:
-        return bool(self.sock.poll(timeout_ms, zmq.POLLIN))
+        # Under the lock: a send from another thread waits at most this poll's timeout.
+        with self._lock:
+            return bool(self.sock.poll(timeout_ms, zmq.POLLIN))
 
     def recv(self) -> tuple[bytes, int, int, ControlMessage] | None:
         """(identity, sender, epoch, message) of the next authentic message; None when none is
         waiting. Junk is dropped in a loop (never by recursion: a flood must not overflow)."""
         while True:
             try:
-                frames = self.sock.recv_multipart(flags=zmq.NOBLOCK)
+                with self._lock:
+                    frames = self.sock.recv_multipart(flags=zmq.NOBLOCK)
             except zmq.Again:
                 return None
             got = self._receiver.check(frames[1:]) if len(frames) == self._receiver.frames + 1 \
@@ -303,12 +310,14 @@ class ControlServer:
         frames = [identity, header, payload] if self.curve else \
             [identity, _mac(self.secret, dest.encode(), header, payload), header, payload]
         try:
-            self.sock.send_multipart(frames, flags=zmq.NOBLOCK)
+            with self._lock:
+                self.sock.send_multipart(frames, flags=zmq.NOBLOCK)
         except (zmq.Again, zmq.ZMQError):
             pass  # the worker is gone; the launcher notices that separately
 
     def close(self) -> None:
-        self.sock.close(0)
+        with self._lock:
+            self.sock.close(0)
         self.ctx.term()
 
 
