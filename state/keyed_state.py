@@ -26,7 +26,7 @@ from . import fencing
 from .keygroups import key_hash
 from .keyvalue import KeyValueState
 from .layout import group_part
-from .redis_kv import _DELETED, _PLAIN, RedisKeyValueState
+from .redis_kv import _DELETED, _PLAIN, RedisKeyValueState, overlay_pending
 from .replication import NO_WAIT, Replication
 
 if TYPE_CHECKING:
@@ -115,13 +115,8 @@ class KeyGroupedState(KeyValueState):
             st.loaded(replies[2 * i], replies[2 * i + 1])
             view.update(st._view or {})  # noqa: SLF001 - the same layer's state
             st._view = None  # noqa: SLF001 - the task's view is the one kept
-        for k, v in self._pending.items():
-            if v is _DELETED:
-                view.pop(k, None)
-            else:
-                view[k] = v
-        self._view = view
-        return view
+        self._view = overlay_pending(view, self._pending)
+        return self._view
 
     def get(self, key: Any, default: Any = None) -> Any:
         view = self._view

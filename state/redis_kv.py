@@ -56,6 +56,16 @@ return 1
 
 
 _DELETED = object()
+
+
+def overlay_pending(view: dict, pending: dict) -> dict:
+    """``view`` with the writes not prepared yet applied (deletes as ``_DELETED``)."""
+    for k, v in pending.items():
+        if v is _DELETED:
+            view.pop(k, None)
+        else:
+            view[k] = v
+    return view
 _PLAIN = frozenset((str, int, float, bool, bytes, type(None)))  # msgpack-able as they are (ints: range-checked)
 
 
@@ -114,12 +124,7 @@ class RedisKeyValueState(KeyValueState):
                     view.pop(lk(k), None)
                 else:
                     view[lk(k)] = lv(v)
-            for k, v in self._pending.items():
-                if v is _DELETED:
-                    view.pop(k, None)
-                else:
-                    view[k] = v
-            self._view = view
+            self._view = overlay_pending(view, self._pending)
 
     def get(self, key: Any, default: Any = None) -> Any:
         view = self._view
