@@ -116,3 +116,14 @@ def test_a_rebalance_the_driver_refuses_fails_the_task_naming_why(airflow_db, re
     with pytest.raises(AirflowFailException, match="workers must be an integer, got 'four'"):
         bad.execute({})
     cp.release("af-spark", token)
+
+
+def test_the_operators_parallelism_takes_a_dict_json_or_pairs_and_names_what_is_wrong():
+    from topology_airflow.operations import _parallelism
+
+    assert _parallelism({"count": "4"}) == _parallelism('{"count": 4}') == _parallelism("count=4") == {"count": 4}
+    assert _parallelism("") == _parallelism(None) == {}
+    with pytest.raises(ValueError, match=r"expected COMPONENT=N\[,COMPONENT=N\], got 'count'"):
+        _parallelism("count")
+    with pytest.raises(ValueError, match="parallelism of 'count': expected an integer, got 'four'"):
+        _parallelism("count=four")
