@@ -56,6 +56,47 @@ def test_sigterm_to_the_task_process_group_ends_the_run_killed_not_lost(redis_ur
     assert "SIGTERM: killing the topology" in out, out[-3000:]
 
 
+def _jvm_pid(parent: int) -> int | None:
+    """The spark-submit JVM among ``parent``'s descendants."""
+    out = subprocess.run(["ps", "-o", "pid=,ppid=,comm=", "-e"], capture_output=True, text=True).stdout
+    rows = [line.split(None, 2) for line in out.splitlines()]
+    kids: dict[int, list[tuple[int, str]]] = {}
+    for pid, ppid, comm in rows:
+        kids.setdefault(int(ppid), []).append((int(pid), comm.strip()))
+    todo = [parent]
+    while todo:
+        for pid, comm in kids.get(todo.pop(), []):
+            if comm == "java":
+                return pid
+            todo.append(pid)
+    return None
+
+
+def test_a_spark_jvm_that_dies_under_the_driver_ends_the_run_failed_not_lost(redis_url):
+    """spark-submit's JVM SIGKILLed (an OOM kill, a crash) while the Python driver lives on: every
+    call into Spark fails from then on, and the driver still ends the run with a final state that
+    names what happened, instead of dying with it and leaving it ``lost``."""
+    name = "jvm-gone"
+    proc = subprocess.Popen([sys.executable, "-m", "topology_runtime.cli", "submit", "tests.spark_topologies:unbounded",
+                             "--name", name, "--workers", "2", "--redis", redis_url, "--progress-interval", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                            start_new_session=True)
+    cp = ControlPlane(redis_url)
+    try:
+        assert wait_for(lambda: _running(cp, name) or proc.poll() is not None, 120), proc.communicate()[0][-3000:]
+        jvm = _jvm_pid(proc.pid)
+        assert jvm is not None
+        os.kill(jvm, signal.SIGKILL)
+        assert wait_for(lambda: not cp.is_live(name), 60), "the run is still live after its JVM died"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        out = proc.communicate(timeout=30)[0]
+    rec = cp.get(name)
+    assert rec.state == "failed", (rec.info, out[-3000:])
+    assert "Spark" in (rec.status or {}).get("error", ""), rec.status
+
+
 def test_a_deferred_task_killed_kills_its_topology_through_the_trigger(airflow_db, redis_url):
     from airflow.sdk.exceptions import TaskDeferred
     from topology_airflow import SubmitTopologyOperator, TopologyTrigger

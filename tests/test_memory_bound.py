@@ -61,8 +61,16 @@ class SlowSink(BasicBolt):
         time.sleep(0.03)  # slower than the spout: without bounds, tuples pile up
 
 
+def _rss_mib(field: str, pid: int | str = "self") -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(line for line in f if line.startswith(field + ":")).split()[1]) / 1024
+
+
 def _peak_worker_rss(conf: dict) -> tuple[str, float]:
-    """Run 150 tuples of 10 MB through 2 workers; the peak RSS of the largest worker (MiB)."""
+    """Run 150 tuples of 10 MB through 2 workers; the peak RSS of the largest worker (MiB) above
+    what it inherited: LocalCluster forks its workers from this process, whose pages they count as
+    their own (late in a whole test session, this process holds Airflow, Spark's client and more)."""
+    inherited = _rss_mib("VmRSS")
     b = TopologyBuilder()
     b.set_spout("big", BigTuples(), 1)
     b.set_bolt("sink", SlowSink(), 2).shuffle_grouping("big")
@@ -76,9 +84,7 @@ def _peak_worker_rss(conf: dict) -> tuple[str, float]:
             while not stop.wait(0.02):
                 for pid in list(run.pids.values()):
                     try:  # VmHWM: the kernel's own peak, so no spike falls between two samples
-                        with open(f"/proc/{pid}/status") as f:
-                            hwm = next(line for line in f if line.startswith("VmHWM:"))
-                        peak = max(peak, int(hwm.split()[1]) / 1024)
+                        peak = max(peak, _rss_mib("VmHWM", pid) - inherited)
                     except (OSError, StopIteration):
                         pass
         t = threading.Thread(target=sample)
@@ -98,6 +104,9 @@ def test_large_tuples_stay_bounded_by_default_and_pile_up_without_the_bounds():
     state, unbounded = _peak_worker_rss({"topology.max.spout.pending": 100_000,
                                          "topology.max.spout.pending.bytes": None})
     assert state == "completed"
-    print(f"\npeak worker RSS, 150 tuples of 10 MB: {bounded:.0f} MiB by default, {unbounded:.0f} MiB unbounded")
-    assert bounded < 400, f"a worker reached {bounded:.0f} MiB with the default bounds"
+    print(f"\npeak worker RSS over what it inherited, 150 tuples of 10 MB: {bounded:.0f} MiB by default, "
+          f"{unbounded:.0f} MiB unbounded")
+    # The byte bound (64 MiB of pending values) plus the copies a message takes on its way
+    # (serialized batch, encrypted frame, decrypted frame, decoded tuple).
+    assert bounded < 320, f"a worker reached {bounded:.0f} MiB with the default bounds"
     assert unbounded > 2 * bounded  # the test can see a pile-up

@@ -134,7 +134,7 @@ class RunReporter:
             self._next_progress = now + self.progress_interval
             line = progress_line(self.sup.status(), self._prev, now - self._last_progress)
             self._last_progress = now
-            print(line, file=self.out, flush=True)
+            self._print(line)
 
     def _rebalance(self, req: dict) -> None:
         if self.rebalancer is None:
@@ -181,5 +181,13 @@ class RunReporter:
                     log.warning("control plane: could not record the final status (%s); retrying", e)
                     time.sleep(0.5 * (attempt + 1))
         if self.progress_interval is not None:
-            print(summary(status), file=self.out, flush=True)
+            self._print(summary(status))
         return status
+
+    def _print(self, line: str) -> None:
+        # Under spark-submit this process's stdout is a pipe read by the JVM: once the JVM is
+        # gone (a SIGTERM to the task's process group), a write fails and the run must go on.
+        try:
+            print(line, file=self.out, flush=True)
+        except (BrokenPipeError, ValueError, OSError):
+            self.progress_interval = 0

@@ -275,7 +275,9 @@ def main(argv: list[str] | None = None) -> int:
                 reason = _first_line(e)
                 if sup.done.is_set():
                     break
-                if terminated.is_set():  # the JVM got the signal too: the workers are gone
+                # A SIGTERM to the whole process group kills the workers and this process at
+                # once: give its handler a moment before taking the workers' death for a fault.
+                if terminated.wait(0.5):  # the JVM got the signal too: the workers are gone
                     sup.request_kill()
                     sup.all_stopped()
                     break
@@ -285,6 +287,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         sup.request_kill()
         sup.done.wait(15)
+    except Exception as e:  # noqa: BLE001 - Spark itself went away (its JVM got a SIGTERM, or crashed)
+        # The run still ends with a final state in the control plane, never `lost`.
+        if terminated.is_set() or lost.is_set():
+            sup.request_kill()
+        else:
+            log.exception("run %s: the Spark driver failed", args.name)
+            sup.fail(f"the Spark driver failed: {_first_line(e)}")
+        sup.all_stopped()
     finally:
         stop_monitor.set()
     sup.done.wait(15)
