@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from state import values as _values  # noqa: E402
 from topology_runtime.reliability.transactional import BATCH  # noqa: E402
-from topology_runtime.transactional.coordinated_bolt import attempt_of  # noqa: E402
+from topology_runtime.transactional.batch_executor import attempt_of  # noqa: E402
 from topology_runtime.transactional.coordinator import CoordinatorSpout  # noqa: E402
 
 TRACE = os.path.join(tempfile.gettempdir(), f"trace-commits-{os.getpid()}.log")

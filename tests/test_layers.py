@@ -98,7 +98,7 @@ def test_reliability_modules_import_no_io_library():
 def test_module_paths_of_earlier_layouts_are_gone():
     """Only the documented paths import: an old one fails instead of aliasing a moved module."""
     old = ["local_cluster", "spark_cluster", "spouts", "components", "builder", "config", "wire", "nimbus", "faults",
-           "reliability.coordinated", "drpc.coordinated"]
+           "reliability.coordinated", "drpc.coordinated", "transactional.coordinated_bolt"]
     code = ("import importlib, topology_runtime\n"
             f"for name in {old!r}:\n"
             "    try:\n        importlib.import_module('topology_runtime.' + name)\n"
@@ -106,6 +106,23 @@ def test_module_paths_of_earlier_layouts_are_gone():
             "    print(name)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert not out.stdout.split(), f"old module paths still import: {out.stdout.split()}"
+
+
+def test_one_coordinated_bolt_and_one_place_for_its_stream_names():
+    """Transactional topologies and linear DRPC run in the same CoordinatedBolt: no other module
+    builds a CoordinatedTracker, and the coordinated streams are named only in coordination/streams.py."""
+    trackers, names = [], []
+    for path in PKG.rglob("*.py"):
+        text = path.read_text()
+        rel = str(path.relative_to(ROOT))
+        if "CoordinatedTracker(" in text and rel != "topology_runtime/coordination/bolt.py":
+            trackers.append(rel)
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id in (
+                    "COORD_STREAM", "ROWS_STREAM", "BATCH_STREAM", "COMMIT_STREAM") for t in node.targets):
+                names.append(rel)
+    assert not trackers, f"coordination tracked outside the CoordinatedBolt: {trackers}"
+    assert set(names) == {"topology_runtime/coordination/streams.py"}, names
 
 
 def test_no_module_over_500_lines():

@@ -21,7 +21,7 @@ from topology_runtime.transactional import (
     MemoryTransactionalSpout,
     TransactionalTopologyBuilder,
 )
-from topology_runtime.transactional.coordinated_bolt import CHUNK_ROWS, RowChunks
+from topology_runtime.transactional.batch_executor import CHUNK_ROWS, RowChunks
 
 
 def test_row_chunks_fill_per_target_and_flush_the_rest():

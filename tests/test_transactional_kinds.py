@@ -21,7 +21,7 @@ from topology_runtime.transactional import (
     MemoryTransactionalSpout,
     TransactionalTopologyBuilder,
 )
-from topology_runtime.transactional.coordinated_bolt import BASIC, BATCH, PLAIN, bolt_kind
+from topology_runtime.transactional.batch_executor import BASIC, BATCH, PLAIN, bolt_kind
 
 # --- bolts (forked into the workers) -------------------------------------------------------------
 

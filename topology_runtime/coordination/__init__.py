@@ -4,15 +4,15 @@ batch or request id its upstream sent it.
 ``tracker.py`` is the pure state machine; ``bolt.py`` the ``CoordinatedBolt`` that wraps any
 bolt with it (and ``coordinate`` to wire them in an ordinary topology); ``streams.py`` the names
 of the streams coordinated wrappers send each other; ``batch.py`` the ``BatchBolt`` contract.
-Transactional topologies and linear DRPC both build on this layer.
+Transactional topologies and linear DRPC both run their components in the one CoordinatedBolt.
 """
 
 from .batch import BatchBolt
-from .bolt import ALL, SINGLE, CoordinatedBolt, CoordinatedCore, coordinate, is_finisher
-from .streams import COORD_FIELDS, COORD_STREAM, ROWS_STREAM
+from .bolt import ALL, DEFERRED, SINGLE, CoordinatedBolt, IdCodec, coordinate, is_finisher
+from .streams import BATCH_STREAM, COMMIT_STREAM, COORD_FIELDS, COORD_STREAM, ROWS_STREAM
 from .tracker import CoordinatedTracker, Finish
 
 __all__ = [
-    "ALL", "COORD_FIELDS", "COORD_STREAM", "ROWS_STREAM", "SINGLE", "BatchBolt", "CoordinatedBolt", "CoordinatedCore",
-    "CoordinatedTracker", "Finish", "coordinate", "is_finisher",
+    "ALL", "BATCH_STREAM", "COMMIT_STREAM", "COORD_FIELDS", "COORD_STREAM", "DEFERRED", "ROWS_STREAM", "SINGLE",
+    "BatchBolt", "CoordinatedBolt", "CoordinatedTracker", "Finish", "IdCodec", "coordinate", "is_finisher",
 ]

@@ -1,4 +1,6 @@
 """Storm's CoordinatedBolt: wraps any bolt whose tuples carry a batch or request id in field 0.
+The one coordinated wrapper: linear DRPC stages and every component of a transactional topology
+run in it.
 
 The wrapper counts, per id, the tuples its delegate sent to each downstream task and, once this
 task is finished for the id, reports those counts on the direct ``COORD_STREAM``.
@@ -9,14 +11,19 @@ delegate's ``finished_id(id)`` runs (its emits still count) before the counts go
 
 Delegates: a ``Bolt`` (acks its input itself), a ``BasicBolt`` (acked after ``execute``,
 emits anchored to the input) or a ``BatchBolt`` (one instance per id; ``finish_batch`` on
-finish). ``timeout_id(id)`` runs when an id stays unfinished past the message timeout; the id's
-held tuples fail, so the request's tuple tree fails. The counting itself is the pure
-``tracker.CoordinatedTracker``.
+finish). The counting itself is the pure ``tracker.CoordinatedTracker``.
 
-``CoordinatedCore`` is what every coordinated wrapper shares: the tracker built from the
-wiring and the count report. Transactional topologies build their batch wrapper on it
-(transactional/coordinated_bolt.py): attempts, unanchored row chunks, committers off the loop
-and failure records are theirs alone.
+Callbacks a ``Bolt`` delegate may define (Storm's FinishedCallback and TimeoutCallback, and two
+more): ``finished_id(id)``, which may return ``DEFERRED`` and call ``finish_deferred(id,
+error)`` later, when the finish ran off the loop (a transactional commit); ``timeout_id(id)``
+when an id stays unfinished past the timeout; ``failed_id(id)`` when the id failed at this task
+(drop what is held for it). Ids that failed at a task stay failed there: a late data tuple of
+one is dropped, a late count or id tuple fails (its tree fails now instead of timing out).
+Besides the actions of a bolt, a delegate is given ``router(stream)`` and
+``chunk_emitter(stream)`` (many rows as one tuple, counted once per chunk).
+
+``ids``: how an id travels (``IdCodec``): a transactional attempt goes as ``[txid, attempt]``
+and is tracked as a ``TransactionAttempt``; a DRPC request id is itself.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from ..api.builder import InputDeclarer, TopologyBuilder
@@ -37,40 +44,35 @@ log = logging.getLogger(__name__)
 
 SINGLE, ALL = "single", "all"  # Storm's SourceArgs: one upstream task reports per id, or all of them
 TICK_SECS = 0.5  # how often a coordinated task looks for timed-out ids
+DEFERRED = "deferred"  # finished_id's answer when it completes later, through finish_deferred(id, error)
+_OK, _FAILED = "ok", "failed"
+_MAX_FAILED = 4096  # ids that failed here, remembered (oldest dropped first: ids are not reused)
 
 
-class CoordinatedCore(Bolt):
-    """The part of a coordinated wrapper that does not depend on what it wraps."""
+class IdCodec:
+    """How ids travel in field 0 (``wire``) and how they are tracked (``key``, hashable)."""
 
-    tracker: CoordinatedTracker
+    def key(self, value: Any) -> Hashable:
+        return value
 
-    def _track(self, context: Any, sources: Mapping[str, str], downstream: Iterable[str],
-               has_id_stream: bool) -> None:
-        """Expect, per id, one report from each ``all`` source's every task and from one task of
-        a ``single`` source; count what goes to every task of ``downstream``."""
-        n_reports = sum(1 if kind == SINGLE else len(context.component_tasks(c)) for c, kind in sources.items())
-        out_tasks = [t for c in downstream for t in context.component_tasks(c)]
-        self.tracker = CoordinatedTracker(n_reports, out_tasks, has_id_stream=has_id_stream)
-
-    def _report_counts(self, f: Finish, id_value: Any, anchors: list) -> None:
-        """Tell each downstream task how many tuples of the finished id this task sent it (read
-        now, after finish_batch or finished_id ran: their emits count), then drop the id."""
-        for task, n in f.counts.items():
-            self.emit_direct(task, [id_value, n], anchors=anchors, stream=COORD_STREAM)
-        self.tracker.done(f.id)
+    def wire(self, key: Any) -> Any:
+        return key
 
 
-class CoordinatedBolt(CoordinatedCore):
+class CoordinatedBolt(Bolt):
     """Wrap ``bolt`` (request id in field 0 of every tuple in and out).
 
     ``sources``: coordinated upstream components -> ``"single"`` or ``"all"`` (None: filled in
     by ``coordinate(builder)``); ``downstream``: the coordinated components this one reports to;
     ``id_stream``: ``(component, stream)`` whose tuple (request id in field 0) must also arrive
-    before the id is finished (the last stage of a linear DRPC topology).
+    before the id is finished (the last stage of a linear DRPC topology, a transactional
+    committer's commit stream); ``rotate_secs``: how often the timeout map rotates (3 buckets;
+    None: half the message timeout; 0: at every tick tuple).
     """
 
     def __init__(self, bolt: Any, sources: Mapping[str, str] | None = None, downstream: list[str] | None = None,
-                 id_stream: tuple[str, str] | None = None) -> None:
+                 id_stream: tuple[str, str] | None = None, ids: IdCodec | None = None,
+                 rotate_secs: float | None = None) -> None:
         if not hasattr(bolt, "execute"):
             raise TypeError(f"CoordinatedBolt wraps a bolt, got {type(bolt).__name__}")
         for comp, kind in (sources or {}).items():
@@ -80,6 +82,8 @@ class CoordinatedBolt(CoordinatedCore):
         self.sources = dict(sources) if sources is not None else None
         self.downstream = list(downstream) if downstream is not None else None
         self.id_stream = tuple(id_stream) if id_stream is not None else None
+        self.ids = ids
+        self.rotate_secs = rotate_secs
         outputs = {name: s for name, s in declared_streams(bolt, type(bolt).__name__).items()}
         outputs[COORD_STREAM] = Stream(COORD_FIELDS, direct=True)
         self.outputs = outputs
@@ -87,10 +91,17 @@ class CoordinatedBolt(CoordinatedCore):
     # --- lifecycle ---------------------------------------------------------------------------
     def prepare(self, conf: dict, context: Any) -> None:
         self.conf, self.context = conf, context
-        self._track(context, self.sources or {}, self.downstream or [], self.id_stream is not None)
+        sources = self.sources or {}
+        n_reports = sum(1 if kind == SINGLE else len(context.component_tasks(c)) for c, kind in sources.items())
+        out_tasks = [t for c in (self.downstream or []) for t in context.component_tasks(c)]
+        self.tracker = CoordinatedTracker(n_reports, out_tasks, has_id_stream=self.id_stream is not None)
         # Storm's TimeCacheMap expires after the message timeout: 3 buckets rotated every T/2.
-        self.rotate_secs = float(conf.get("topology.message.timeout.secs") or 30) / 2
+        if self.rotate_secs is None:
+            self.rotate_secs = float(conf.get("topology.message.timeout.secs") or 30) / 2
         self._next_rotate = time.monotonic() + self.rotate_secs
+        self._key: Callable[[Any], Any] | None = self.ids.key if self.ids is not None else None
+        self._failed: dict[Any, None] = {}
+        self._deferred: dict[Any, tuple[Finish, list, Tuple | None]] = {}
         self.batch = isinstance(self.delegate, BatchBolt)
         self.basic = isinstance(self.delegate, BasicBolt)
         self.batches: dict[Any, Any] = {}
@@ -102,11 +113,15 @@ class CoordinatedBolt(CoordinatedCore):
             d.emit, d.emit_direct = self._counted_emit, self._counted_emit_direct
             d.ack, d.fail = self._delegate_ack, self._delegate_fail
             d.reset_timeout, d.run_off_loop = self.reset_timeout, self.run_off_loop
+            d.router, d.chunk_emitter, d.finish_deferred = self.router, self._counted_chunk_emitter, self._finish_deferred
             d.prepare(conf, context)
 
     def cleanup(self) -> None:
         if not self.batch:
             self.delegate.cleanup()
+
+    def _id(self, value: Any) -> Any:
+        return value if self._key is None else self._key(value)
 
     # --- what the delegate calls -------------------------------------------------------------
     def _anchors(self, anchors: Any) -> Any:
@@ -118,18 +133,29 @@ class CoordinatedBolt(CoordinatedCore):
 
     def _counted_emit(self, values: list, anchors: Any = None, stream: str = "default") -> list[int]:
         targets = self._raw_emit(values, anchors=self._anchors(anchors), stream=stream)
-        self.tracker.emitted(values[0], targets)
+        self.tracker.emitted(self._id(values[0]), targets)
         return targets
 
     def _counted_emit_direct(self, task: int, values: list, anchors: Any = None, stream: str = "default") -> list[int]:
         targets = self.emit_direct(task, values, anchors=self._anchors(anchors), stream=stream)
-        self.tracker.emitted(values[0], targets)
+        self.tracker.emitted(self._id(values[0]), targets)
         return targets
+
+    def _counted_chunk_emitter(self, stream: str) -> Callable[[int, list, list], None]:
+        send, emitted, id_of = self.chunk_emitter(stream), self.tracker.emitted, self._id
+
+        def emit(task: int, head: list, rows: list) -> None:
+            send(task, head, rows)
+            emitted(id_of(head), [task])  # one tuple on the wire, whatever its rows
+        return emit
 
     def _delegate_ack(self, tup: Tuple) -> None:
         # Storm's order: count, check (the counts go out anchored to ``tup``), then ack it.
-        failed = self._apply(self.tracker.regular_acked(tup.values[0]), tup)
-        (self._raw_fail if failed else self._raw_ack)(tup)
+        done = self._apply(self.tracker.regular_acked(self._id(tup.values[0])), tup)
+        if done is _OK:
+            self._raw_ack(tup)
+        elif done is _FAILED:
+            self._raw_fail(tup)
 
     def _delegate_fail(self, tup: Tuple) -> None:
         self._tracked_fail(tup)
@@ -137,18 +163,35 @@ class CoordinatedBolt(CoordinatedCore):
 
     def _tracked_fail(self, tup: Tuple) -> None:
         """The id fails here (what was held fails); ``tup`` itself is failed by the caller."""
-        self._apply(self.tracker.regular_failed(tup.values[0]), tup)
+        id_ = self._id(tup.values[0])
+        self._mark_failed(id_)
+        self._dropped(id_)
+        self._apply(self.tracker.regular_failed(id_), tup)
+
+    def _mark_failed(self, id_: Any) -> None:
+        self._failed[id_] = None
+        if len(self._failed) > _MAX_FAILED:
+            del self._failed[next(iter(self._failed))]
 
     # --- execution ---------------------------------------------------------------------------
     def execute(self, tup: Tuple) -> None:
         if tup.is_tick():
             self._tick()
             return
-        id_ = tup.values[0]
+        id_ = self._id(tup.values[0])
         stream, comp = tup.info.stream, tup.info.component
-        if stream == COORD_STREAM and self.sources and comp in self.sources:
+        is_coord = stream == COORD_STREAM and self.sources is not None and comp in self.sources
+        is_id = self.id_stream is not None and (comp, stream) == self.id_stream
+        if self._failed and id_ in self._failed:
+            # Its tracking is gone: a late count or id tuple would start it afresh and wait for
+            # the timeout. Failing it fails the id's tree now (Storm fails an id or coord tuple it
+            # has no tracking for); a data tuple is dropped.
+            (self._raw_fail if is_coord or is_id else self._raw_ack)(tup)
+            return
+        if is_coord:
+            # The tracker holds, acks or fails a count or id tuple itself (through _apply).
             self._apply(self.tracker.coord(id_, int(tup.values[1]), tup), tup)
-        elif self.id_stream is not None and (comp, stream) == self.id_stream:
+        elif is_id:
             self._apply(self.tracker.id_tuple(id_, tup), tup)
         elif self.batch:
             b = self._batch(id_)
@@ -195,6 +238,7 @@ class CoordinatedBolt(CoordinatedCore):
             return
         self._next_rotate = now + self.rotate_secs
         for f in self.tracker.tick():  # unfinished ids past the timeout
+            self._mark_failed(f.id)
             self.batches.pop(f.id, None)
             callback = getattr(self.delegate, "timeout_id", None)
             if callback is not None and not self.batch:
@@ -202,45 +246,82 @@ class CoordinatedBolt(CoordinatedCore):
             for t in f.fail:
                 self._raw_fail(t)
 
-    def _apply(self, f: Finish, tup: Tuple) -> bool:
-        """Act on the tracker's answer; True when the id failed (``tup`` must fail too)."""
+    def _apply(self, f: Finish, tup: Tuple | None) -> str:
+        """Act on the tracker's answer: ``_OK`` (the caller acks ``tup`` if it is not held),
+        ``_FAILED`` (``tup`` must fail) or ``DEFERRED`` (``finish_deferred`` acks it later)."""
         if f.finished:
             held = [t for t in f.ack if t is not tup]
-            anchors = [tup, *held]
+            anchors = ([tup] if tup is not None else []) + held
             self._finish_anchors = anchors
             try:
-                self._finished_id(f.id)
-            except Exception as e:  # the request fails: no counts go out, what was held fails
-                if not isinstance(e, FailedException):
-                    log.exception("%s: finished_id(%r) raised; the id fails", self.context.component_id, f.id)
-                self.tracker.done(f.id)
-                for t in f.ack:
-                    self._raw_fail(t)
-                return True
+                answer = self._finished_id(f.id)
+            except BaseException as e:
+                self._finish_failed(f, tup)
+                if isinstance(e, FailedException):
+                    return _FAILED
+                raise  # the executor reports it and fails ``tup``
             finally:
                 self._finish_anchors = None
-            self._report_counts(f, f.id, anchors)
+            if answer == DEFERRED:
+                self._deferred[f.id] = (f, anchors, tup)
+                return DEFERRED
+            self._report_counts(f, anchors)
             for t in f.ack:
                 self._raw_ack(t)
         else:
             for t in f.ack:
                 self._raw_ack(t)
-        for t in f.fail:  # the id failed (a failed tuple or finished_id): what was held fails
-            self.batches.pop(f.id, None)
-            self._raw_fail(t)
-        return False
+        if f.fail:  # the id failed (a failed tuple): what was held fails
+            self._dropped(f.id)
+            for t in f.fail:
+                self._raw_fail(t)
+        return _OK
 
-    def _finished_id(self, id_: Any) -> None:
+    def _finish_failed(self, f: Finish, tup: Tuple | None) -> None:
+        self._mark_failed(f.id)
+        self._dropped(f.id)
+        self.tracker.done(f.id)
+        for t in f.ack:
+            self._raw_fail(t)
+
+    def _dropped(self, id_: Any) -> None:
+        self.batches.pop(id_, None)
+        callback = getattr(self.delegate, "failed_id", None)
+        if callback is not None and not self.batch:
+            callback(id_)
+
+    def _finish_deferred(self, id_: Any, error: BaseException | None = None) -> None:
+        """A deferred ``finished_id`` completed (on the loop thread): send the counts and ack
+        what was held, or, on ``error``, fail it all and raise ``error`` for the executor."""
+        f, anchors, tup = self._deferred.pop(id_)
+        extra = [tup] if tup is not None and not any(t is tup for t in f.ack) else []
+        if error is not None:
+            self._finish_failed(f, tup)
+            for t in extra:
+                self._raw_fail(t)
+            raise error
+        self._report_counts(f, anchors)
+        for t in f.ack + extra:
+            self._raw_ack(t)
+
+    def _report_counts(self, f: Finish, anchors: list) -> None:
+        """Tell each downstream task how many tuples of the finished id this task sent it (read
+        now, after finish_batch or finished_id ran: their emits count), then drop the id."""
+        value = f.id if self.ids is None else self.ids.wire(f.id)
+        for task, n in f.counts.items():
+            self.emit_direct(task, [value, n], anchors=anchors, stream=COORD_STREAM)
+        self.tracker.done(f.id)
+
+    def _finished_id(self, id_: Any) -> Any:
         if self.batch:
             b = self.batches.pop(id_, None)
             if b is None:  # this task got no tuple of the id: nothing to aggregate, as Storm
                 b = self._batch(id_)
                 self.batches.pop(id_, None)
             b.finish_batch()
-            return
+            return None
         callback = getattr(self.delegate, "finished_id", None)
-        if callback is not None:
-            callback(id_)
+        return callback(id_) if callback is not None else None
 
 
 def is_finisher(bolt: Any) -> bool:

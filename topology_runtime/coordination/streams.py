@@ -9,5 +9,11 @@ COORD_STREAM = "$coord"
 COORD_FIELDS = ["id", "count"]
 
 # Direct stream of [id, rows]: a transactional batch's default-stream tuples, sent per target
-# task in chunks (transactional/coordinated_bolt.py, RowChunks).
+# task in chunks (transactional/batch_executor.py, RowChunks).
 ROWS_STREAM = "$rows"
+
+# A transactional coordinator's streams: each batch's start ([attempt, last committed txid,
+# metadata], to every emitter task) and its commit ([attempt], to every committer task, which
+# waits for it as its id stream).
+BATCH_STREAM = "batch"
+COMMIT_STREAM = "commit"

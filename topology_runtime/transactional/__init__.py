@@ -1,10 +1,11 @@
 """Transactional topologies (Storm's seed "Design 3"): batches with txids processed in parallel,
 committed strictly in txid order, replayed whole on failure.
 
-Built on the plain runtime and the coordination layer: the coordinator is a spout, emitters and
-batch bolts are coordinated wrappers whose per-batch counts travel on coordination's direct
+Built on the plain runtime and the coordination layer: the coordinator is a spout; the emitters
+and batch bolts run in coordination's CoordinatedBolt, whose per-batch counts travel on its direct
 stream. One module per role: coordinator.py (the coordinator spout), emitter.py (the emitter),
-coordinated_bolt.py (the wrapper, the coordinator's stream names, row chunks); their Redis records are
+batch_executor.py (what runs inside the CoordinatedBolt: Storm's BatchBoltExecutor and
+TransactionalSpoutBatchExecutor, attempts on the wire, row chunks); their Redis records are
 state/transactional.py's TransactionalState. The Redis Streams spouts live with the other
 connectors (topology_runtime/connectors/) and are re-exported here on first use.
 """

@@ -6,8 +6,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..api.builder import Topology, TopologyBuilder, TopologyError
-from ..coordination.streams import COORD_STREAM, ROWS_STREAM
-from .coordinated_bolt import BATCH, BATCH_STREAM, COMMIT_STREAM, TransactionalCoordinatedBolt, bolt_kind, is_committer
+from ..coordination.bolt import ALL, CoordinatedBolt
+from ..coordination.streams import BATCH_STREAM, COMMIT_STREAM, COORD_STREAM, ROWS_STREAM
+from .batch_executor import BATCH, AttemptIds, BatchBoltExecutor, SpoutBatchExecutor, bolt_kind, is_committer
 from .coordinator import CoordinatorSpout
 
 
@@ -82,13 +83,19 @@ class TransactionalTopologyBuilder:
             for s in sources[bid]:
                 downstream.setdefault(s, []).append(bid)
         b.set_spout(coord, CoordinatorSpout(self.spout, self.topology_id), 1)
-        emitter = TransactionalCoordinatedBolt(None, [], downstream.get(self.spout_id, []), False,
-                                               emitter_of=self.spout, tx_id=self.topology_id)
+        # Every component runs in coordination's CoordinatedBolt; its timeout map rotates at each
+        # tick (every 5 s: an unfinished attempt fails after 10-15 s).
+        emitter = CoordinatedBolt(SpoutBatchExecutor(self.spout, self.topology_id), sources={},
+                                  downstream=downstream.get(self.spout_id, []), ids=AttemptIds(), rotate_secs=0)
         b.set_bolt(self.spout_id, emitter, self.spout_parallelism).all_grouping(coord, stream=BATCH_STREAM)
         wrappers = {self.spout_id: emitter}
+        executors: dict[str, BatchBoltExecutor] = {}
         for bid, (bolt, _, committer) in self._bolts.items():
-            wrappers[bid] = TransactionalCoordinatedBolt(bolt, sources[bid], downstream.get(bid, []), committer,
-                                                         tx_id=self.topology_id)
+            executors[bid] = BatchBoltExecutor(bolt, committer, self.topology_id)
+            wrappers[bid] = CoordinatedBolt(executors[bid], sources=dict.fromkeys(sources[bid], ALL),
+                                            downstream=downstream.get(bid, []),
+                                            id_stream=(coord, COMMIT_STREAM) if committer else None,
+                                            ids=AttemptIds(), rotate_secs=0)
         for bid, (_, par, committer) in self._bolts.items():
             wrapper = wrappers[bid]
             d = b.set_bolt(bid, wrapper, par)
@@ -97,7 +104,7 @@ class TransactionalTopologyBuilder:
                 src = wrappers.get(comp)
                 if kw.get("stream", "default") == "default" and src is not None and ROWS_STREAM in src.outputs:
                     # the source's default-stream tuples arrive as row chunks, sent to this task directly
-                    wrapper.source_fields[comp] = list(src.outputs["default"])
+                    executors[bid].source_fields[comp] = list(src.outputs["default"].fields)
                     d.direct_grouping(comp, stream=ROWS_STREAM)
             for s in sources[bid]:
                 d.direct_grouping(s, stream=COORD_STREAM)

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from ..api.components import Spout
+from ..coordination.streams import BATCH_STREAM, COMMIT_STREAM
 from ..reliability.transactional import (
     BATCH,
     COMMITTING,
@@ -22,7 +23,7 @@ from ..reliability.transactional import (
     opaque_commit,
 )
 from ..testing.faults import maybe_crash
-from .coordinated_bolt import BATCH_STREAM, COMMIT_STREAM, attempt_of, wire
+from .batch_executor import attempt_of, wire
 from .emitter import open_state
 from .progress import TxProgress
 from .spouts import is_generic, is_opaque
