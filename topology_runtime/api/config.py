@@ -37,6 +37,9 @@ DEFAULTS: dict[str, Any] = {
     # A batch between workers: a larger one is sent in halves; only a single tuple over it is
     # refused (it times out and replays).
     "topology.transfer.max.message.bytes": 64 << 20,
+    # Credit window: bytes of batches a worker may have sent to one peer that the peer has not
+    # worked through yet; what a peer can make a worker buffer for it (0: no window).
+    "topology.transfer.peer.window.bytes": 64 << 20,
     # CurveZMQ encryption and authentication of every worker and control socket (keys derived
     # from the run's secret); false: plaintext with a keyed MAC per message. docs/security.md.
     "topology.transport.encryption": True,
@@ -261,8 +264,9 @@ def resolve_config(conf: Mapping[str, Any] | None, workers: int | None = None,
         raise ConfigError(f"config key {k!r}: expected a number >= 1, got {out[k]!r}")
     for k in ("topology.transfer.batch.size", "topology.transfer.buffer.size",
               "topology.executor.receive.buffer.size", "topology.max.restarts",
-              "topology.transfer.max.message.bytes"):
-        out[k] = _positive_number(k, out[k], integer=True, zero=(k == "topology.max.restarts"))
+              "topology.transfer.max.message.bytes", "topology.transfer.peer.window.bytes"):
+        out[k] = _positive_number(k, out[k], integer=True,
+                                  zero=k in ("topology.max.restarts", "topology.transfer.peer.window.bytes"))
     out["topology.state.provider"] = _state_provider(out, between_keys)
     k = "topology.state.checkpoint.interval.ms"
     out[k] = _positive_number(k, out[k])

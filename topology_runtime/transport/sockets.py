@@ -44,6 +44,12 @@ _HEADER = struct.Struct("!IQQ")  # sender, epoch, seq
 SUPERVISOR = 0xFFFFFFFF  # the sender id of the supervisor's control messages
 CONTROL_MAX_BYTES = 16 << 20  # a control message: stats, errors with tracebacks, a peer table
 DATA_MAX_BYTES = 64 << 20  # default cap of one batch between workers (a larger batch is sent in halves)
+DATA_WINDOW_BYTES = 64 << 20  # default credit window: bytes a worker may have unconsumed at one peer
+# A payload that starts with this byte is a credit ([marker, bytes consumed]): 0xc1 is never the
+# first byte of msgpack, so no batch is mistaken for one.
+_CREDIT = 0xC1
+_CREDIT_MSG = struct.Struct("!BQ")
+_CREDIT_EVERY_SECS = 0.02  # a consumer owes less than a quarter window: it still pays it this often
 CURVE_AVAILABLE = zmq.has("curve")
 
 
@@ -136,19 +142,29 @@ class _Receiver:
 class DataTransport:
     """One inbound PULL socket per process, one outbound PUSH socket per peer.
 
-    ``send`` never blocks: past the peer's high-water mark the batch waits in a local backlog
-    that ``flush`` retries; callers use ``backlogged`` to stop producing new work.
+    ``send`` never blocks: past the peer's high-water mark, or past its credit window, the batch
+    waits in a local backlog that ``flush`` retries; callers use ``backlogged`` to stop producing
+    new work.
+
+    Credit-based flow control bounds what a process buffers for each peer in bytes: a sender
+    has at most ``window`` bytes of batches that its peer has not consumed yet (a single batch
+    larger than the window goes alone); the receiver pays them back with credits
+    (``release_credits``) once it has worked through its queue, so a slow consumer holds back
+    its producers instead of buffering without end, and no peer can make it hold more than
+    about ``window`` bytes, whatever its batches weigh. Headers are stamped when a message
+    leaves, so credits, which overtake the backlog, keep each sender's sequence growing.
     """
 
     def __init__(self, secret: bytes, send_hwm: int = 64, recv_hwm: int = 1024, host: str = "127.0.0.1",
                  sender: int = 0, epoch: int = 0, max_bytes: int = DATA_MAX_BYTES,
-                 curve: bool = CURVE_AVAILABLE) -> None:
+                 curve: bool = CURVE_AVAILABLE, window: int | None = DATA_WINDOW_BYTES) -> None:
         self.secret = secret
         self.curve = curve
         self.ctx = zmq.Context()
         self.host = host
         self.send_hwm = send_hwm
         self.max_bytes = max_bytes
+        self.window = window or 0  # 0: no credit window
         self.pull = self.ctx.socket(zmq.PULL)
         self.pull.setsockopt(zmq.RCVHWM, recv_hwm)
         self.pull.setsockopt(zmq.LINGER, 0)
@@ -158,6 +174,13 @@ class DataTransport:
         self.peers: dict[int, zmq.Socket] = {}
         self.peer_dest: dict[int, bytes] = {}
         self.backlog: dict[int, deque] = {}
+        self.unconsumed: dict[int, int] = {}  # per peer: bytes sent that it has not credited yet
+        # [sender, bytes, queue position] of each batch read and not paid for yet (the caller
+        # says, through ``queued``, at which position of its queue the batch's tuples end).
+        self._unpaid: deque[list] = deque()
+        self._owed: dict[int, int] = {}  # per sender: credit not sent yet
+        self._paid_at: dict[int, float] = {}
+        self.window_waits = 0  # times a batch waited for credit (the peer consumes slower than this produces)
         self._sender = _Sender(sender, epoch)
         self._receiver: _Receiver | None = None
         self.oversized = 0
@@ -188,7 +211,15 @@ class DataTransport:
         s.connect(address)
         self.peers[peer] = s
         self.peer_dest[peer] = address.encode()
+        # A new incarnation of the peer: what was queued for the old one, and what it held, are gone.
+        self.unconsumed[peer] = 0
         self.backlog[peer] = deque()
+
+    def _frames(self, peer: int, payload: bytes) -> tuple:
+        header = self._sender.header()
+        if self.curve:
+            return header, payload
+        return _mac(self.secret, self.peer_dest[peer], header, payload), header, payload
 
     def send(self, peer: int, payload: bytes) -> None:
         if len(payload) > self.max_bytes:  # the peer would drop the connection: say why here
@@ -198,22 +229,25 @@ class DataTransport:
                       len(payload), peer, self.max_bytes)
             return
         q = self.backlog[peer]
-        header = self._sender.header()
-        if self.curve:
-            q.append((header, payload))
-        else:
-            q.append((_mac(self.secret, self.peer_dest[peer], header, payload), header, payload))
+        q.append(payload)
         if len(q) == 1:
             self._flush_peer(peer, q)
 
     def _flush_peer(self, peer: int, q: deque) -> None:
-        sock = self.peers[peer]
+        sock, window = self.peers[peer], self.window
+        held = self.unconsumed[peer]
         while q:
+            payload = q[0]
+            if window and held and held + len(payload) > window:
+                self.window_waits += 1
+                break
             try:
-                sock.send_multipart(q[0], flags=zmq.NOBLOCK, copy=False)
+                sock.send_multipart(self._frames(peer, payload), flags=zmq.NOBLOCK, copy=False)
             except zmq.Again:
-                return
+                break
             q.popleft()
+            held += len(payload)
+        self.unconsumed[peer] = held
 
     def flush(self) -> None:
         for peer, q in self.backlog.items():
@@ -225,16 +259,56 @@ class DataTransport:
 
     def recv_payloads(self, limit: int) -> list[bytes]:
         out = []
-        pull, check = self.pull, self._receiver.check
+        pull, check, unpaid = self.pull, self._receiver.check, self._unpaid
         for _ in range(limit):
             try:
                 frames = pull.recv_multipart(flags=zmq.NOBLOCK)
             except zmq.Again:
                 break
             got = check(frames)
-            if got is not None:
-                out.append(got[2])
+            if got is None:
+                continue
+            sender, _, payload = got
+            if payload[:1] == b"\xc1" and len(payload) == _CREDIT_MSG.size:
+                held = self.unconsumed.get(sender)
+                if held is not None:
+                    self.unconsumed[sender] = max(0, held - _CREDIT_MSG.unpack(payload)[1])
+                continue
+            out.append(payload)
+            if self.window:
+                unpaid.append([sender, len(payload), None])
         return out
+
+    def queued(self, position: int) -> None:
+        """The batches read so far put their tuples at or before ``position`` of the caller's
+        queue (a count of tuples ever queued)."""
+        for entry in reversed(self._unpaid):
+            if entry[2] is not None:
+                break
+            entry[2] = position
+
+    def release_credits(self, now: float, done: int) -> None:
+        """The caller's queue has been worked through up to position ``done``: pay the senders
+        of those batches back, a quarter window at a time, or what is owed every few ms."""
+        if not self.window:
+            return
+        owed, unpaid = self._owed, self._unpaid
+        while unpaid and unpaid[0][2] is not None and unpaid[0][2] <= done:
+            sender, n, _ = unpaid.popleft()
+            owed[sender] = owed.get(sender, 0) + n
+        quarter = self.window // 4
+        for sender, n in owed.items():
+            if not n or (n < quarter and now - self._paid_at.get(sender, 0.0) < _CREDIT_EVERY_SECS):
+                continue
+            sock = self.peers.get(sender)
+            if sock is None:
+                continue  # not connected to it yet: paid once it is
+            try:
+                sock.send_multipart(self._frames(sender, _CREDIT_MSG.pack(_CREDIT, n)), flags=zmq.NOBLOCK)
+            except zmq.Again:
+                continue
+            owed[sender] = 0
+            self._paid_at[sender] = now
 
     def close(self) -> None:
         for s in self.peers.values():

@@ -112,6 +112,7 @@ class Worker:
         self.send_now_sids = self.priority_sids | self.chunk_sids
         self.off_loop_runners: dict[int, SerialRunner] = {}
         self.off_loop_inflight = 0
+        self.dequeued = 0  # tuples ever run from the queue: with its length, a position in it
 
         max_bytes = int(self.conf["topology.transfer.max.message.bytes"])
         curve = transport_encryption(self.conf)
@@ -124,6 +125,7 @@ class Worker:
             epoch=spec.incarnation,
             max_bytes=max_bytes,
             curve=curve,
+            window=self.conf.get("topology.transfer.peer.window.bytes"),
         )
         self.address = self.transport.bind()
         self.control = ControlClient(self.transport.ctx, spec.secret, spec.control_address, me=self.address,
@@ -332,6 +334,7 @@ class Worker:
                 for payload in transport.recv_payloads(64):
                     self._handle_batch(payload)
                     busy = True
+                transport.queued(self.dequeued + len(self.queue))
             if self.queue:
                 self._drain_queue()
                 busy = True
@@ -343,8 +346,11 @@ class Worker:
                 if emitted:
                     busy = True
                     self._drain_queue()
-            self._flush()
             now = time.monotonic()
+            # Senders are paid back for the batches whose tuples this worker ran: one that falls
+            # behind holds its producers back instead of queueing without end.
+            transport.release_credits(now, self.dequeued)
+            self._flush()
             if timeouts and now >= next_timeout:
                 next_timeout = now + timeout_secs
                 for a in self.local_ackers.values():
@@ -383,6 +389,7 @@ class Worker:
         chunks = self.chunk_sids
         while q and n < QUEUE_BUDGET:
             ex, tup = pop()
+            self.dequeued += 1
             ex.process(tup)
             n += len(tup.values[1]) if tup.info.sid in chunks else 1
             if finished:  # a commit ended off the loop: its acks are the pipeline's critical path
@@ -404,6 +411,7 @@ class Worker:
         XOR-combined acks (bench/README.md, "Mid-drain flushes")."""
         for payload in self.transport.recv_payloads(16):
             self._handle_batch(payload)
+        self.transport.queued(self.dequeued + len(self.queue))
         if flush:
             self._flush()
 
