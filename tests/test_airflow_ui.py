@@ -29,7 +29,8 @@ EVIL_RUN = "evil-run"  # a valid id whose records carry markup
 PASSWORD = "ui-test-password"
 API = "/topologies/api/topologies"
 PAGES = ["/topologies/", f"/topologies/topology/{NAME}"]
-ENDPOINTS = PAGES + [API, f"{API}/{NAME}"]
+METRICS = "/topologies/metrics"
+ENDPOINTS = PAGES + [API, f"{API}/{NAME}", METRICS]
 
 
 class BuggyBolt(Bolt):
@@ -477,3 +478,34 @@ def test_a_paused_run_shows_paused_with_its_shape(airflow, data, redis_server):
     assert 'href="/dags/topology_rebalance"' in page and 'href="/dags/topology_recovery"' in page
     control.release("paused-run", token_)
     drop_run(data, "paused-run")
+
+
+def _samples(text: str) -> dict[tuple[str, frozenset], float]:
+    """(family sample name, labels) -> value, parsed with prometheus_client's own parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def test_metrics_are_prometheus_text_equal_to_the_run_status(airflow, data):
+    """/metrics under Airflow's API server: every topology of the Redis (finished ones too, their
+    state label saying so), counters equal to RunStatus, with the checkpoint's committed txid."""
+    tc, _, token = airflow
+    r = tc.get(METRICS, headers=_auth(token))
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    got = _samples(r.text)
+    status = _raw_status(data, NAME)
+    assert got[("topology_run_info", frozenset({("topology", NAME), ("state", "completed"),
+                                                 ("launcher", "local")}))] == 1
+    assert got[("topology_workers", frozenset({("topology", NAME)}))] == 0  # it ended
+    for component, c in status["components"].items():
+        labels = frozenset({("topology", NAME), ("component", component)})
+        for k in ("emitted", "acked", "failed", "executed", "replayed"):
+            assert got[(f"topology_component_{k}_total", labels)] == c[k], (component, k)
+    spout = frozenset({("topology", NAME), ("component", "numbers"), ("quantile", "0.99")})
+    assert got[("topology_complete_latency_ms", spout)] == status["components"]["numbers"]["complete_latency_p99_ms"]
+    # the planted checkpoint record: txid 7 preparing, so 6 is the last committed
+    assert got[("topology_checkpoint_committed_txid", frozenset({("topology", NAME)}))] == 6
+    # a record whose names carry HTML is exported as plain label text, escaped by the format
+    assert any(dict(labels).get("component") == "<i>x</i>" for _, labels in got)

@@ -381,6 +381,14 @@ def create_app() -> FastAPI:
             raise HTTPException(404, _not_found(name))
         return HTMLResponse(render_topology(_base(request), d, bool(refresh)))
 
+    @app.get("/metrics")
+    def metrics() -> Response:
+        """Prometheus text exposition of every topology (the same as ``topology metrics-server``),
+        authenticated like the rest of the app: scrape it with an Airflow API token."""
+        from topology_runtime.control.metrics import CONTENT_TYPE, exposition
+
+        return Response(_read(exposition), media_type=CONTENT_TYPE)
+
     @app.get("/api/topologies")
     def api_list(dag_id: str | None = None, run_id: str | None = None) -> dict[str, Any]:
         items = _read(lambda c: list_topologies(c, dag_id, run_id))

@@ -89,6 +89,7 @@ class ComponentStats:
     complete_latency_p99_ms: float | None = None
     tasks: int = 0
     queue_depth: int = 0
+    capacity: float | None = None  # Storm's capacity over the last stats interval, max over the tasks (bolts)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -128,11 +129,12 @@ class RunStatus:
 
     def table(self) -> str:
         rows: list[tuple[str, ...]] = [
-            ("component", "tasks", "emitted", "acked", "failed", "replayed", "executed", "complete p50/p99 ms")]
+            ("component", "tasks", "emitted", "acked", "failed", "replayed", "executed", "capacity",
+             "complete p50/p99 ms")]
         for name, c in list(self.components.items()) + list(self.system_components.items()):
             lat = "-" if c.complete_latency_p50_ms is None else f"{c.complete_latency_p50_ms}/{c.complete_latency_p99_ms}"
             rows.append((name, str(c.tasks), str(c.emitted), str(c.acked), str(c.failed), str(c.replayed),
-                         str(c.executed), lat))
+                         str(c.executed), "-" if c.capacity is None else f"{c.capacity:.3f}", lat))
         windowed = [(name, c) for name, c in self.components.items() if c.late or c.dropped]
         if windowed:  # windowed bolts' late and dropped tuples: only when there are any
             rows = [(*r, "late", "dropped") if i == 0 else (*r, "", "") for i, r in enumerate(rows)]

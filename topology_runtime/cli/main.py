@@ -15,6 +15,7 @@ from ..api.exit_codes import ExitCode
 from ..api.status import FINAL_STATES
 from ..control.control_plane import RunAlreadyLive
 from .dead_letters import add_parser as add_dead_letters_parser
+from .inspect import add_parsers as add_inspect_parsers
 from .operate import add_parsers as add_operate_parsers
 from .preflight import StateSettingsChanged, spark_preflight
 from .savepoints import add_parsers as add_savepoint_parsers
@@ -134,9 +135,10 @@ def _print_record(rec, verbose: bool = True) -> None:
     if status.parallelism:
         print("parallelism: " + ", ".join(f"{c}={n}" for c, n in status.parallelism.items()))
     print(status.table())
-    for i, w in sorted((st.get("workers") or {}).items()):
+    for i, w in sorted((st.get("workers") or {}).items()) if rec.live else ():  # an ended run has no heartbeats
+        held = f", backpressure on ({w.get('backpressure_secs')}s in all)" if w.get("backpressure") else ""
         print(f"  worker {i}: pid {w.get('pid')} incarnation {w.get('incarnation')} "
-              f"heartbeat {w.get('heartbeat_age_secs')}s ago, queue {w.get('queue')}, pending {w.get('pending')}")
+              f"heartbeat {w.get('heartbeat_age_secs')}s ago, queue {w.get('queue')}, pending {w.get('pending')}{held}")
     if status.error:
         print(f"error: {status.error}")
     for err in status.errors[-3:]:
@@ -144,13 +146,26 @@ def _print_record(rec, verbose: bool = True) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from state.checkpoint import load_checkpoint
+
     from ..control.control_plane import ControlPlane
 
-    rec = ControlPlane(_redis(args)).get(args.id)
+    control = ControlPlane(_redis(args))
+    rec = control.get(args.id)
     if rec is None:
         print(f"topology: no run named {args.id!r} is known to this Redis", file=sys.stderr)
         return ExitCode.NO_SUCH_RUN
+    cp = load_checkpoint(control.redis, args.id)
+    checkpoint = {"txid": cp.txid, "phase": cp.state} if cp.txid else None
+    if args.json:
+        import json
+
+        print(json.dumps({"name": rec.name, "state": rec.display_state, "live": rec.live, "info": rec.info,
+                          "status": rec.status, "checkpoint": checkpoint}, indent=2, default=str))
+        return ExitCode.COMPLETED
     _print_record(rec)
+    if checkpoint:
+        print(f"checkpoint: txid {cp.txid}, {cp.state.lower()}")
     return ExitCode.COMPLETED
 
 
@@ -304,6 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     st = sub.add_parser("status", help="status of a run (from the Redis control plane)")
     st.add_argument("id")
+    st.add_argument("--json", action="store_true", help="the run record as JSON (status, workers, checkpoint)")
     st.add_argument("--redis")
     st.set_defaults(func=cmd_status)
 
@@ -338,6 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
     rs.set_defaults(func=cmd_reset)
 
     add_dead_letters_parser(sub, _redis)
+    add_inspect_parsers(sub, _redis)
 
     dr = sub.add_parser("drpc", help="call a DRPC function served by a running topology; prints the result")
     dr.add_argument("function")

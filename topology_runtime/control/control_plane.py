@@ -23,6 +23,7 @@ run names, ``topology:runs``, is written on its own (docs/redis.md).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import time
@@ -34,7 +35,7 @@ import redis
 from state import fencing, namespaces
 from state import settings as state_settings
 from state.connection import connect
-from state.layout import REGISTRY, check_topology_id, ctl_key, fence_key, owner_of
+from state.layout import REGISTRY, InvalidTopologyId, check_topology_id, ctl_key, fence_key, owner_of
 from state.namespaces import StateComponents
 
 from ..api.status import FINAL_STATES, RUNNING, ComponentStats, RunStatus
@@ -391,7 +392,12 @@ class ControlPlane:
         names = self.redis.zrevrange(REGISTRY, 0, -1)
         out = []
         for name in names:
-            rec = self.get(name)
+            try:
+                rec = self.get(name)
+            except InvalidTopologyId:  # written there by something else: never a key to read
+                logging.getLogger(__name__).warning("control plane: skipping %r in the run registry: not a "
+                                                    "topology id", name)
+                continue
             if rec is None:
                 self.redis.zrem(REGISTRY, name)  # its records expired
                 continue

@@ -194,7 +194,9 @@ class RunSupervisor(DayTwoOperations):
                              "python": s.hello.get("python"), "host": s.hello.get("host"),
                              "heartbeat_age_secs": round(now - s.last_seen, 2) if s.last_seen else None,
                              "queue": s.extra.get("queue"), "backlog": s.extra.get("backlog"),
-                             "pending": s.extra.get("pending"), "ready": s.ready}
+                             "pending": s.extra.get("pending"), "ready": s.ready,
+                             "backpressure": bool(s.extra.get("backpressure")),
+                             "backpressure_secs": s.extra.get("backpressure_secs", 0.0)}
                     for i, s in self.slots.items()}
 
     def request_kill(self, drain: bool = False) -> None:

@@ -43,6 +43,7 @@ def component_stats(plan: Plan, finished: list[dict], live: list[dict]) -> tuple
         for task, s in group.items():
             add_task_stats(per_task, int(task), s)
     live_queue = {int(t): s.get("queue", 0) for group in live for t, s in group.items()}
+    live_capacity = {int(t): s["capacity"] for group in live for t, s in group.items() if s.get("capacity") is not None}
     components: dict[str, ComponentStats] = {}
     system: dict[str, ComponentStats] = {}
     for cid, tasks in plan.component_tasks.items():
@@ -55,6 +56,8 @@ def component_stats(plan: Plan, finished: list[dict], live: list[dict]) -> tuple
             for k in COUNTERS:
                 setattr(cs, k, getattr(cs, k) + s.get(k, 0))
             cs.queue_depth += live_queue.get(t, 0)
+            if t in live_capacity:
+                cs.capacity = max(cs.capacity or 0.0, live_capacity[t])
             ex_h.merge(s["execute"])
             co_h.merge(s["complete"])
         cs.execute_latency_ms = ex_h.mean

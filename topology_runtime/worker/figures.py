@@ -5,6 +5,7 @@ or stats interval (never per tuple)."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -43,14 +44,62 @@ def windows_held(bolts: Iterable[BoltExecutor]) -> dict[str, int]:
     return held
 
 
+class CapacityMeter:
+    """Storm's capacity per bolt task: the share of the last interval it spent executing
+    (tuples executed in it x their mean execute latency / the interval's length). Near 1: the
+    task is the bottleneck. From the cumulative counters at each stats snapshot, never per tuple."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last: dict[int, tuple[float, int, int, float]] = {}  # task -> (time, executed, samples, sampled ms)
+
+    def capacity(self, task: int, stats: Any, now: float) -> float | None:
+        h = stats.execute
+        last = self._last.get(task)
+        self._last[task] = (now, stats.executed, h.count, h.total)
+        if last is None or now <= last[0]:
+            return None
+        samples, sampled = h.count - last[2], h.total - last[3]
+        mean = sampled / samples if samples else (h.total / h.count if h.count else 0.0)
+        return round(min(1.0, (stats.executed - last[1]) * mean / ((now - last[0]) * 1000.0)), 3)
+
+
+class Backpressure:
+    """How long this worker's spouts were held back because its outbound batches waited (over
+    the peers' high-water mark or credit window): cumulative seconds, and whether they are now."""
+
+    __slots__ = ("secs", "on", "_since")
+
+    def __init__(self) -> None:
+        self.secs, self.on, self._since = 0.0, False, 0.0
+
+    def held(self, on: bool, now: float) -> None:
+        if on and not self.on:
+            self._since = now
+        elif self.on and not on:
+            self.secs += now - self._since
+        self.on = on
+
+    def figures(self, now: float) -> dict[str, Any]:
+        return {"backpressure": self.on,
+                "backpressure_secs": round(self.secs + (now - self._since if self.on else 0.0), 3)}
+
+
 def stats_snapshot(groups: Iterable[Mapping[int, Any]], bolts: Mapping[int, BoltExecutor], queue: Any,
-                   extra: dict[str, Any]) -> dict:
-    """Per-task counters (windowed bolts add their late and dropped tuples), the input queue's
-    depth per task, and the worker's own figures in ``extra``."""
+                   extra: dict[str, Any], meter: CapacityMeter | None = None) -> dict:
+    """Per-task counters (windowed bolts add their late and dropped tuples; bolts their
+    capacity), the input queue's depth per task, and the worker's own figures in ``extra``."""
     tasks: dict[int, dict] = {}
     for group in groups:
         for task, ex in group.items():
             tasks[task] = ex.stats.to_dict()
+    if meter is not None:
+        now = time.monotonic()
+        for task, ex in bolts.items():
+            c = meter.capacity(task, ex.stats, now)
+            if c is not None:
+                tasks[task]["capacity"] = c
     for task, ex in bolts.items():
         window = getattr(ex.instance, "window_stats", None)
         if window:

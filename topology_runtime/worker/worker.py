@@ -28,7 +28,7 @@ from .acker_routing import DATA, AckerRouting
 from .bolt_executor import BoltExecutor
 from .checkpoints import ExactlyOnceWorker
 from .control_channel import WorkerControl
-from .figures import probe_reply, stats_snapshot
+from .figures import Backpressure, CapacityMeter, probe_reply, stats_snapshot
 from .offloop import Completions, OnDone, SerialRunner
 from .port import WorkerPort
 from .spout_executor import SpoutExecutor
@@ -113,20 +113,15 @@ class Worker:
         self.off_loop_runners: dict[int, SerialRunner] = {}
         self.off_loop_inflight = 0
         self.dequeued = 0  # tuples ever run from the queue: with its length, a position in it
+        self.capacity, self.backpressure = CapacityMeter(), Backpressure()
 
         max_bytes = int(self.conf["topology.transfer.max.message.bytes"])
         curve = transport_encryption(self.conf)
         self.transport = DataTransport(
-            spec.secret,
-            send_hwm=int(self.conf["topology.transfer.buffer.size"]),
-            recv_hwm=int(self.conf["topology.executor.receive.buffer.size"]),
-            host=spec.host,
-            sender=self.index,
-            epoch=spec.incarnation,
-            max_bytes=max_bytes,
-            curve=curve,
-            window=self.conf.get("topology.transfer.peer.window.bytes"),
-        )
+            spec.secret, send_hwm=int(self.conf["topology.transfer.buffer.size"]),
+            recv_hwm=int(self.conf["topology.executor.receive.buffer.size"]), host=spec.host, sender=self.index,
+            epoch=spec.incarnation, max_bytes=max_bytes, curve=curve,
+            window=self.conf.get("topology.transfer.peer.window.bytes"))
         self.address = self.transport.bind()
         self.control = ControlClient(self.transport.ctx, spec.secret, spec.control_address, me=self.address,
                                      sender=self.index, epoch=spec.incarnation, curve=curve)
@@ -234,7 +229,8 @@ class Worker:
             (self.local_spouts, self.local_bolts, self.local_ackers), self.local_bolts, self.queue,
             {"backlog": self.transport.backlogged(), "pending": sum(len(s.pending) for s in self.local_spouts.values()),
              "acker_pending": sum(len(a.acker) for a in self.local_ackers.values()),
-             "misrouted": self.misrouted, "rejected": self.transport.rejected})
+             "misrouted": self.misrouted, "rejected": self.transport.rejected,
+             **self.backpressure.figures(time.monotonic())}, self.capacity)
 
     def take_errors(self) -> list[dict]:
         errors, self.errors = self.errors, []
@@ -338,7 +334,9 @@ class Worker:
             if self.queue:
                 self._drain_queue()
                 busy = True
-            if spouts and not transport.backlogged():
+            if (held := bool(spouts) and transport.backlogged() > 0) != self.backpressure.on:
+                self.backpressure.held(held, time.monotonic())
+            if spouts and not held:
                 emitted = 0
                 for s in spouts:
                     if s.can_emit():
