@@ -31,6 +31,14 @@ def _checkpoint_sids(ex: BoltExecutor) -> set[int]:
     return {info.sid for info in ex.port.streams if info.stream == CHECKPOINT_STREAM}
 
 
+def _system(ex: BoltExecutor, action: Any, tup: Tuple) -> None:
+    """Ack or fail a checkpoint tuple without counting it among the component's own figures."""
+    stats = ex.stats
+    acked, failed = stats.acked, stats.failed
+    action(tup)
+    stats.acked, stats.failed = acked, failed
+
+
 class _AckBatch:
     __slots__ = ("xor", "count", "sealed")
 
@@ -102,7 +110,7 @@ class StormCheckpointing:
         txid, action = tup.values
         verdict = self.barrier.arrive(txid, action)
         if verdict != "handle":
-            ex.ack(tup)
+            _system(ex, ex.ack, tup)
             return
         try:
             if self.machine is not None:
@@ -117,10 +125,10 @@ class StormCheckpointing:
                 ok, to_ack, to_fail, replay = True, [], [], []
         except Exception as e:  # noqa: BLE001 - the checkpoint fails; recovery follows
             ex.report_error(f"checkpoint {action}({txid})", e)
-            ex.fail(tup)
+            _system(ex, ex.fail, tup)
             return
         if not ok:
-            ex.fail(tup)
+            _system(ex, ex.fail, tup)
             return
         for t in to_ack:
             self._release(t, True)
@@ -131,7 +139,8 @@ class StormCheckpointing:
         self.barrier.handled(txid, action)
         values = [txid, action]
         ex._send(self.cp_route, values, self.cp_route.targets(values), tup)
-        ex.ack(tup)
+        ex.stats.emitted -= 1  # a system tuple: not part of the component's own figures
+        _system(ex, ex.ack, tup)
         for t in replay:
             self._plain_process(t)
 
@@ -177,12 +186,13 @@ class BarrierAlignment:
         except Exception as e:  # noqa: BLE001 - failing the barrier rolls every task back
             ex.report_error(f"prepare({txid})", e)
             for b in barriers:
-                ex.fail(b)
+                _system(ex, ex.fail, b)
         else:
             values = [txid, PREPARE]
             ex._send(self.cp_route, values, self.cp_route.targets(values), barriers)
+            ex.stats.emitted -= 1  # a system tuple: not part of the component's own figures
             for b in barriers:
-                ex.ack(b)
+                _system(ex, ex.ack, b)
         self.blocked.clear()
         held, self.held_inputs = self.held_inputs, []
         for t in held:
