@@ -26,6 +26,8 @@ its commit is one atomic script on one node; the topology's control records shar
                                           (state/fencing.py)
     topology:{ID:ctl}:run|lease|token|epoch|kill|paused|rebalance|status|history   the run's control records
                                           (topology_runtime/control/control_plane.py)
+    topology:{ID:ctl}:log-level|sample     string JSON: a log level or tuple sampling asked of the live run
+    topology:{ID:ctl}:samples      stream tuples sampled from the live run (topology sample; capped)
     topology:{TX:ctl}:tx:NAME      the transactional coordinator's records, TX the transactional
                                    id (state/transactional.py)
     topology:{ID:C/I}:sp:SP:state  hash   savepoint SP's copy of the task's committed state (same slot)

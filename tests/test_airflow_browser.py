@@ -115,6 +115,22 @@ def test_browser_login_topology_pages_and_trigger_form(airflow_live, run, page, 
     assert page.locator('[data-testid="checkpoint-phase"]').inner_text() == "COMMITTING"
     assert page.locator('[data-testid="tx-current"]').inner_text() == "9"
     assert page.locator("svg polyline").count() >= 2
+    # The drawing: a box per component with its live count, an edge per subscription, each bolt
+    # coloured by the capacity the run recorded.
+    from topology_airflow.graph import capacity_colour
+
+    graph = page.locator('[data-testid="topology-graph"]')
+    for comp, stats in status["components"].items():
+        box = graph.locator(f'g[data-component="{comp}"]')
+        assert box.count() == 1, comp
+        count = stats["emitted"] if comp == "numbers" else stats["executed"]
+        assert f"{count:,}" in box.text_content(), (comp, box.text_content())
+        if comp != "numbers":
+            assert box.locator("rect").get_attribute("fill") == capacity_colour(stats.get("capacity")), comp
+    assert graph.locator('g[data-edge="numbers->double"]').count() == 1
+    assert graph.locator('g[data-edge="double->sink"]').count() == 1
+    assert "shuffle" in graph.locator('g[data-edge="double->sink"]').text_content()
+    _shot(graph, tmp_path, "topology-graph.png")
     assert page.locator("tr[data-worker]").count() == len(status["workers"])
     assert page.locator('[data-testid="error"]').count() == min(20, len(status["errors"]))
     _shot(page, tmp_path, "topology.png", full_page=True)

@@ -33,7 +33,9 @@ from state.connection import redacted
 from state.layout import REGISTRY, TOPOLOGY_ID, ctl_key
 from state.transactional import current_key, parse_txid
 from topology_runtime.control.control_plane import ControlPlane, RunRecord
+from topology_runtime.control.inspection import read_samples
 
+from .graph import svg_graph
 from .pages import (  # noqa: F401 - re-exported: tests and other modules import them from here
     REFRESH_SECS,
     _ago,
@@ -52,6 +54,7 @@ from .pages import (  # noqa: F401 - re-exported: tests and other modules import
 
 URL_PREFIX = "/topologies"
 MAX_ERRORS = 20  # the page shows the most recent errors; the run keeps its own bounded list
+SAMPLES_SHOWN = 10  # the newest sampled tuples on the topology page
 
 
 # --- reading Redis ------------------------------------------------------------------------------
@@ -205,7 +208,17 @@ def topology_detail(control: ControlPlane, name: str) -> dict[str, Any] | None:
         "worker_heartbeats": _workers(status, now),
         "history": history,
         "series": throughput_series(history),
+        "graph": _graph(rec),
+        "samples": read_samples(control, name, SAMPLES_SHOWN),
     }
+
+
+def _graph(rec: RunRecord) -> list[dict[str, Any]]:
+    try:
+        graph = json.loads(rec.info.get("graph") or "[]")
+    except ValueError:
+        return []
+    return graph if isinstance(graph, list) else []
 
 
 # --- HTML ---------------------------------------------------------------------------------------
@@ -329,6 +342,15 @@ def render_topology(base: str, d: dict[str, Any], refresh: bool) -> str:
         f"</details></li>" for e in d["errors"])
     errors = f"<ol>{errs}</ol>" if errs else '<p class="muted" data-testid="no-errors">No errors.</p>'
 
+    samples = "".join(
+        f'<tr data-testid="sample"><td>{esc(_when(time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(x["time"]))))}</td>'
+        f'<td>{esc(x["component"])}[{esc(x["task"])}]</td><td>{esc(x["stream"])}</td><td><code>{esc(x["values"])}</code>'
+        f"</td></tr>" for x in reversed(d["samples"]))
+    sampled = (f'<div class="wide"><table data-testid="samples"><tr><th>time</th><th>task</th><th>stream</th>'
+               f"<th>values</th></tr>{samples}</table></div>" if samples
+               else '<p class="muted" data-testid="samples-none">No sampled tuples (<code>topology sample ID '
+                    "COMPONENT</code> records some for a while).</p>")
+    graph = svg_graph(d["graph"], d["components"], d["parallelism"])
     system = (f'<h2>System components</h2>{_component_rows(d["system_components"], "system")}'
               if d["system_components"] else "")
     root = base[: -len(URL_PREFIX)] if base.endswith(URL_PREFIX) else ""  # Airflow's own pages
@@ -338,10 +360,11 @@ def render_topology(base: str, d: dict[str, Any], refresh: bool) -> str:
     body = (f'<p><a href="{esc(base)}/">&larr; all topologies</a></p>'
             f'<h1><span data-testid="topology-name">{esc(d["name"])}</span> {_state("paused" if d["paused"] else d["state"])} '
             f'<span class="muted">{"live" if d["live"] else "not live"}</span></h1>{error}<dl>{dl}</dl>{operate}'
+            f'<h2>Topology</h2><div class="wide">{graph}</div>'
             f'<h2>Components</h2>{_component_rows(d["components"], "user")}{system}'
             f"<h2>Throughput and complete latency</h2>{charts}{window}"
             f"<h2>Checkpoint</h2>{cp_html}<h2>Transactional</h2>{tx_html}"
-            f"<h2>Worker heartbeats</h2>{workers}<h2>Last errors</h2>{errors}")
+            f"<h2>Worker heartbeats</h2>{workers}<h2>Sampled tuples</h2>{sampled}<h2>Last errors</h2>{errors}")
     return _page(f"Topology {d['name']}", body, refresh)
 
 

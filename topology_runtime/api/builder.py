@@ -75,6 +75,14 @@ class Topology:
     def bolts(self) -> list[ComponentSpec]:
         return [c for c in self.components.values() if not c.is_spout]
 
+    def graph(self) -> list[dict[str, Any]]:
+        """Components and their subscriptions as plain data (the run record keeps it for the
+        status pages' drawing)."""
+        return [{"id": c.id, "spout": c.is_spout, "parallelism": c.parallelism,
+                 "inputs": [{"source": g.source, "stream": g.stream, "grouping": g.kind, "fields": list(g.fields)}
+                            for g in c.inputs]}
+                for c in self.components.values()]
+
 
 class InputDeclarer:
     """Returned by ``set_bolt``; grouping methods chain."""

@@ -15,6 +15,7 @@ import redis
 
 from ..api.status import RunStatus
 from ..supervisor.run_supervisor import RunSupervisor
+from . import inspection
 from .control_plane import ControlPlane, LeaseLost
 
 log = logging.getLogger("topology.driver")
@@ -117,6 +118,8 @@ class RunReporter:
                     paused = self.control.pause_request(self.sup.name)
                     if paused is not None and paused != self.sup.paused:
                         self.sup.set_paused(paused)
+                    self.sup.set_inspection(*inspection.requested(self.control, self.sup.name))
+                    inspection.record_samples(self.control, self.sup.name, self.sup.take_samples())
                 if now >= self._next_publish and not self.fenced:
                     self._next_publish = now + PUBLISH_SECS
                     self.control.publish(self.sup.name, self.token, self.sup.status(), self.sup.workers_info())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import multiprocessing
 import re
@@ -157,7 +158,8 @@ class LocalRun:
 
             self.control = ControlPlane(redis_url)
             # before any state is touched; refused if the id's state was written with other settings
-            token = self.control.register(name, "local", self.plan.workers, state=state_of(self.plan))
+            token = self.control.register(name, "local", self.plan.workers, state=state_of(self.plan),
+                                          graph=json.dumps(self.plan.topology.graph()))
         else:
             check_state_without_control(name, self.plan)
         try:

@@ -23,6 +23,7 @@ the first launch). Every other failed stage is logged with Spark's per-task erro
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import pickle
@@ -171,8 +172,6 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     conf = {}
     if args.settings:
-        import json
-
         with open(args.settings) as f:
             settings = json.load(f)
         os.unlink(args.settings)  # read once: the secrets in it live on only in this process
@@ -200,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # Before the Spark job (and its session) starts: refused if the id's state was written with other settings.
         token = control.register(args.name, "spark", plan.workers, state=state_of(plan), master=master,
+                                 graph=json.dumps(plan.topology.graph()),
                                  log=args.log_file)
     except RunAlreadyLive as e:
         print(f"error: {e}", flush=True)

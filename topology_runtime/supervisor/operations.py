@@ -36,6 +36,8 @@ class DayTwoOperations:
     restart_all_requested: bool
     _probe_seq: int
     checkpoints: ExactlyOnceCheckpoints | None
+    inspection: cm.Inspect
+    samples: list[dict]
 
     if TYPE_CHECKING:
         def _send_all(self, msg: cm.ControlMessage) -> None: ...
@@ -51,6 +53,21 @@ class DayTwoOperations:
             self.paused = paused
             self._send_all(cm.Pause() if paused else cm.Resume())
             log.info("run %s: %s", self.name, "paused (spouts deactivated)" if paused else "resumed")
+
+    def set_inspection(self, log_level: dict, sample: dict) -> None:
+        """What the workers log (``topology set-log-level``) and sample (``topology sample``);
+        a worker that starts again gets it too. Each undoes its part at its expiry."""
+        with self.lock:
+            if (log_level, sample) == (self.inspection.log_level, self.inspection.sample):
+                return
+            self.inspection = cm.Inspect(log_level, sample)
+            self._send_all(self.inspection)
+            log.info("run %s: log level %s, sampling %s", self.name, log_level or "as configured", sample or "off")
+
+    def take_samples(self) -> list[dict]:
+        with self.lock:
+            out, self.samples = self.samples, []
+            return out
 
     def request_rebalance(self, workers: int | None, timeout: float | None = None,
                           parallelism: dict[str, int] | None = None) -> None:

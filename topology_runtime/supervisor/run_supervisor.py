@@ -65,6 +65,7 @@ class RunSupervisor(DayTwoOperations):
         self._stop_sent_at: float | None = None
         self.draining = False
         self.paused = False
+        self.inspection, self.samples = cm.Inspect({}, {}), []  # log level and sampling asked; tuples sampled
         self.rebalance: Rebalance | None = None
         self._final_checkpoint_sent = False
         self._window_stall = WindowStallCheck()
@@ -296,6 +297,8 @@ class RunSupervisor(DayTwoOperations):
                     self._send(slot, cm.Drain())
                 if self.paused or self.rebalance is not None:
                     self._send(slot, cm.Pause())
+                if self.inspection.log_level or self.inspection.sample:
+                    self._send(slot, self.inspection)
             return
         if inc != slot.incarnation:
             return  # a late message from a previous incarnation
@@ -314,7 +317,8 @@ class RunSupervisor(DayTwoOperations):
                 log.info("run %s: running on %d worker(s)", self.name, len(self.slots))
         elif isinstance(msg, cm.Stats):  # Stopped too: the final ones
             slot.stats = msg.stats.get("tasks", {})
-            slot.extra = {"pid": slot.extra.get("pid"), **{k: v for k, v in msg.stats.items() if k != "tasks"}}
+            slot.extra = {"pid": slot.extra.get("pid"), **{k: v for k, v in msg.stats.items() if k not in ("tasks", "samples")}}
+            self.samples = (self.samples + list(msg.stats.get("samples") or []))[-1000:]
             self._add_errors(msg.errors)
             if isinstance(msg, cm.Stopped):
                 slot.stopped = True

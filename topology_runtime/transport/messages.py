@@ -211,10 +211,20 @@ class Commit(ControlMessage):
     txid: int
 
 
+@dataclass(frozen=True)
+class Inspect(ControlMessage):
+    """What the worker logs and samples: ``log_level`` {logger, level, until} and ``sample``
+    {component, percent, until} (until: wall-clock seconds), each empty when not asked."""
+
+    KIND = "inspect"
+    log_level: dict
+    sample: dict
+
+
 KINDS: dict[str, type[ControlMessage]] = {
     cls.KIND: cls for cls in (
         Hello, Ready, Stats, Stopped, Fatal, ProbeReply, BarrierDone, Committed, ExactlyOnceFailure, RunFailed,
-        Peers, Probe, Drain, Pause, Resume, Stop, FinalCheckpoint, EndOfInput, Barrier, Commit)
+        Peers, Probe, Drain, Pause, Resume, Stop, FinalCheckpoint, EndOfInput, Barrier, Commit, Inspect)
 }
 
 _TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "str": (str,), "bool": (bool,), "dict": (dict,),

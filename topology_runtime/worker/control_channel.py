@@ -26,6 +26,7 @@ from ..transport.messages import (
     Fatal,
     FinalCheckpoint,
     Hello,
+    Inspect,
     Pause,
     Peers,
     Probe,
@@ -39,6 +40,7 @@ from ..transport.messages import (
 )
 from ..transport.sockets import ControlClient
 from .fatal import FatalStartupError
+from .inspection import Inspection
 
 log = logging.getLogger("topology.worker")
 PEER_WAIT_SECS = 120.0
@@ -60,6 +62,7 @@ class ControlledWorker(Protocol):
     def end_of_input(self, components: set[str]) -> None: ...
     def final_checkpoint(self) -> None: ...
     def stop(self) -> None: ...
+    def executors(self) -> list: ...
 
 
 class WorkerControl:
@@ -77,6 +80,7 @@ class WorkerControl:
         self.last_heard = time.monotonic()
         self.preset_peers = False
         self.early: list[ControlMessage] = []  # what came with the peers, for after start-up
+        self.inspection: Inspection | None = None  # log level and sampling, once asked
 
     # --- start -----------------------------------------------------------------------------------
     def hello(self) -> None:
@@ -102,7 +106,7 @@ class WorkerControl:
                         got_peers = True
                     elif isinstance(msg, Stop):
                         raise SystemExit(0)
-                    elif isinstance(msg, (Pause, Drain)):
+                    elif isinstance(msg, (Pause, Drain, Inspect)):
                         self.early.append(msg)  # sent right after the peers to a restarted worker
                 if got_peers:
                     return
@@ -137,7 +141,11 @@ class WorkerControl:
 
     def send_stats(self, final: bool = False) -> None:
         kind = Stopped if final else Stats
-        self.client.send(kind(self.index, self.incarnation, self.worker.stats_snapshot(), self.worker.take_errors()))
+        stats = self.worker.stats_snapshot()
+        if self.inspection is not None:  # log level and sampling: undone at their expiry
+            self.inspection.tick()
+            stats["samples"] = self.inspection.take_samples()
+        self.client.send(kind(self.index, self.incarnation, stats, self.worker.take_errors()))
 
     # --- the supervisor's messages ---------------------------------------------------------------
     def started(self) -> None:
@@ -172,6 +180,10 @@ class WorkerControl:
             w.end_of_input(set(msg.components))
         elif isinstance(msg, FinalCheckpoint):
             w.final_checkpoint()
+        elif isinstance(msg, Inspect):
+            if self.inspection is None:
+                self.inspection = Inspection(w.executors())
+            self.inspection.apply(msg.log_level, msg.sample)
         elif isinstance(msg, Stop):
             w.stop()
         else:

@@ -232,6 +232,9 @@ class Worker:
              "misrouted": self.misrouted, "rejected": self.transport.rejected,
              **self.backpressure.figures(time.monotonic())}, self.capacity)
 
+    def executors(self) -> list:
+        return [*self.local_spouts.values(), *self.local_bolts.values()]
+
     def take_errors(self) -> list[dict]:
         errors, self.errors = self.errors, []
         return errors
