@@ -246,7 +246,7 @@ def test_pages_show_redis_counts_and_escape_everything(airflow, data):
         cells = _cells(page, comp)
         for k in ("tasks", "emitted", "acked", "failed", "replayed", "executed", "late", "dropped"):
             assert cells[k].replace(",", "") == str(stats[k]), (comp, k)
-    assert page.count("<svg") == 2 and "<polyline" in page and "<circle" in page  # throughput and latency charts
+    assert page.count("<svg") == 3 and "<polyline" in page and "<circle" in page  # topology graph, throughput and latency charts
     assert 'data-testid="checkpoint-txid">7<' in page and 'data-testid="checkpoint-phase">PREPARING<' in page
     assert 'data-testid="tx-current">12<' in page
     assert page.count('data-testid="error"') == len(raw["errors"][-20:])
@@ -509,3 +509,34 @@ def test_metrics_are_prometheus_text_equal_to_the_run_status(airflow, data):
     assert got[("topology_checkpoint_committed_txid", frozenset({("topology", NAME)}))] == 6
     # a record whose names carry HTML is exported as plain label text, escaped by the format
     assert any(dict(labels).get("component") == "<i>x</i>" for _, labels in got)
+
+
+def test_topology_status_shows_the_checkpoint_takes_json_and_no_heartbeats_once_ended(data, redis_server):
+    import subprocess
+    import sys
+
+    def status(*extra: str) -> str:
+        out = subprocess.run([sys.executable, "-m", "topology_runtime.cli", "status", NAME, "--redis",
+                              redis_server.url, *extra], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+    text = status()
+    assert "checkpoint: txid 7, preparing" in text
+    assert "heartbeat" not in text  # the run ended: no worker is beating
+    assert "capacity" in text.splitlines()[2]  # the table's header has the column
+    rec = json.loads(status("--json"))
+    assert rec["state"] == "completed" and rec["live"] is False
+    assert rec["checkpoint"] == {"txid": 7, "phase": "PREPARING"}
+    assert rec["status"]["components"] == _raw_status(data, NAME)["components"]
+
+
+def test_the_topology_page_shows_the_last_sampled_tuples(airflow, data, redis_server):
+    from topology_runtime.control.inspection import record_samples
+
+    tc, _, token = airflow
+    record_samples(ControlPlane(redis_server.url), NAME, [
+        {"time": time.time(), "component": "double", "task": 3, "stream": "default", "values": f"[{i}, '<b>']"}
+        for i in range(12)])
+    page = tc.get(f"/topologies/topology/{NAME}", headers=_auth(token)).text
+    assert page.count('data-testid="sample"') == 10  # the newest ten
+    assert "[11, &#x27;&lt;b&gt;&#x27;]" in page and "[1, " not in page  # escaped; the oldest two left out
