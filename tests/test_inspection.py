@@ -61,7 +61,10 @@ def test_set_log_level_then_back_and_sampling_of_a_live_run(redis_url, capfd):
 
             with pytest.raises(ValueError, match="DEBUG, INFO"):
                 inspection.request_log_level(control, "inspected", "LOUD")
-            inspection.request_log_level(control, "inspected", "debug", logger="userapp", expiry_secs=3)
+            out = subprocess.run([sys.executable, "-m", "topology_runtime.cli", "set-log-level", "inspected",
+                                  "userapp=debug", "--expiry", "3", "--redis", redis_url],
+                                 capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0 and "userapp at DEBUG" in out.stdout, out
             seen = ""
 
             def debug_lines():
@@ -87,7 +90,8 @@ def test_set_log_level_then_back_and_sampling_of_a_live_run(redis_url, capfd):
             time.sleep(1.5)
             assert len(inspection.read_samples(control, "inspected", 1000)) == before
             out = subprocess.run([sys.executable, "-m", "topology_runtime.cli", "samples", "inspected", "--count", "3",
-                                  "--redis", redis_url], capture_output=True, text=True, timeout=60)
+                                  "--component", "talk", "--redis", redis_url], capture_output=True, text=True,
+                                 timeout=60)
             assert out.returncode == 0 and out.stdout.count("talk[") == 3, out
         finally:
             run.kill()

@@ -22,22 +22,23 @@ def add_parsers(sub: argparse._SubParsersAction, redis_url: Callable[[argparse.N
 
     ll = sub.add_parser("set-log-level", help="log at LEVEL in every worker of a live run for a while")
     ll.add_argument("id")
-    ll.add_argument("level", help="DEBUG, INFO, WARNING, ERROR or CRITICAL")
-    ll.add_argument("--logger", default="", help="the logger's name (default: the root logger)")
+    ll.add_argument("level", metavar="[LOGGER=]LEVEL",
+                    help="DEBUG, INFO, WARNING, ERROR or CRITICAL, for LOGGER (default: the root logger)")
     ll.add_argument("--expiry", type=float, default=300.0, help="seconds until the workers' own level is back")
     ll.add_argument("--redis")
     ll.set_defaults(func=lambda args: _ask(args, redis_url, "log-level"))
 
     sa = sub.add_parser("sample", help="record a share of a component's emitted tuples for a while")
     sa.add_argument("id")
-    sa.add_argument("component")
+    sa.add_argument("--component", required=True)
     sa.add_argument("--percent", type=float, default=10.0)
-    sa.add_argument("--duration", type=float, default=60.0, help="seconds of sampling")
+    sa.add_argument("--for", dest="duration", type=float, default=60.0, metavar="S", help="seconds of sampling")
     sa.add_argument("--redis")
     sa.set_defaults(func=lambda args: _ask(args, redis_url, "sample"))
 
     ss = sub.add_parser("samples", help="print the newest sampled tuples of a run")
     ss.add_argument("id")
+    ss.add_argument("--component", help="only this component's samples")
     ss.add_argument("--count", type=int, default=20)
     ss.add_argument("--redis")
     ss.set_defaults(func=lambda args: cmd_samples(args, redis_url))
@@ -50,8 +51,9 @@ def _ask(args: argparse.Namespace, redis_url: Callable[[argparse.Namespace], str
     control = ControlPlane(redis_url(args))
     try:
         if what == "log-level":
-            req = inspection.request_log_level(control, args.id, args.level, args.logger, args.expiry)
-            print(f"{args.id}: workers log {args.logger or 'the root logger'} at {req['level']} "
+            logger, _, level = args.level.rpartition("=")
+            req = inspection.request_log_level(control, args.id, level, logger, args.expiry)
+            print(f"{args.id}: workers log {logger or 'the root logger'} at {req['level']} "
                   f"until {time.strftime('%H:%M:%S', time.localtime(req['until']))}")
         else:
             req = inspection.request_sample(control, args.id, args.component, args.percent, args.duration)
@@ -70,9 +72,9 @@ def cmd_samples(args: argparse.Namespace, redis_url: Callable[[argparse.Namespac
     from ..control.control_plane import ControlPlane
     from ..control.inspection import read_samples
 
-    samples = read_samples(ControlPlane(redis_url(args)), args.id, args.count)
+    samples = read_samples(ControlPlane(redis_url(args)), args.id, args.count, args.component)
     if not samples:
-        print(f"no samples of {args.id!r} (topology sample {args.id} COMPONENT starts sampling)")
+        print(f"no samples of {args.id!r} (topology sample {args.id} --component C starts sampling)")
     for s in samples:
         print(f"{time.strftime('%H:%M:%S', time.localtime(s['time']))} {s['component']}[{s['task']}] "
               f"{s['stream']}: {s['values']}")

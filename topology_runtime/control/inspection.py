@@ -80,12 +80,20 @@ def record_samples(control: ControlPlane, topology_id: str, samples: list[dict])
     pipe.execute()
 
 
-def read_samples(control: ControlPlane, topology_id: str, count: int = 20) -> list[dict]:
-    """The newest ``count`` samples, oldest first."""
+def read_samples(control: ControlPlane, topology_id: str, count: int = 20, component: str | None = None) -> list[dict]:
+    """The newest ``count`` samples (of ``component`` only, when given), oldest first."""
     out = []
-    for _, fields in reversed(control.redis.xrevrange(ctl_key(topology_id, "samples"), count=count)):
+    # Filtering by component reads the whole capped stream (about SAMPLES_KEPT entries).
+    entries = control.redis.xrevrange(ctl_key(topology_id, "samples"), count=None if component else count)
+    for _, fields in entries:
         try:
-            out.append(json.loads(fields.get("sample") or fields.get(b"sample")))
+            s = json.loads(fields.get("sample") or fields.get(b"sample"))
         except (TypeError, ValueError):
             logging.getLogger(__name__).warning("samples of %r: an unreadable entry", topology_id)
+            continue
+        if component is None or s.get("component") == component:
+            out.append(s)
+            if len(out) >= count:
+                break
+    out.reverse()
     return out
