@@ -28,6 +28,7 @@ os.environ.setdefault("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "hos
 os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
 
 from airflow_live import airflow_db, airflow_live  # noqa: E402, F401  (session Airflow DB + live Airflow)
+from kafka_broker import kafka  # noqa: E402, F401  (session Kafka-protocol broker, Tansu)
 from redis_clusters import cluster_url, redis_cluster, redis_sentinel, sentinel_url  # noqa: E402, F401  (Cluster, Sentinel)
 from spark_standalone import spark_standalone  # noqa: E402, F401  (session Spark standalone cluster)
 

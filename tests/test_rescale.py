@@ -114,6 +114,8 @@ def test_state_that_cannot_follow_its_keys_is_refused_and_nothing_changes(redis_
             # Nothing changed: the same tasks, running, its spouts not paused.
             st = run.status()
             assert st.parallelism["count"] == 2 and st.state == "running" and not st.paused
+            # ...and it goes on: new input is processed (the first 500 may all be done by now).
+            load_sentences(redis.Redis.from_url(redis_url, decode_responses=True), 200, seed=9)
             _progress(run, 20)
             # A stateless component in the same run still rescales.
             run.rebalance(parallelism={"split": 1})

@@ -1,5 +1,5 @@
-"""Spouts over external sources: Redis Streams, for plain (``redis_stream``) and transactional
-(``redis_streams_transactional``) topologies."""
+"""Connectors to external systems: Redis Streams spouts for plain (``redis_stream``) and
+transactional (``redis_streams_transactional``) topologies; Kafka spouts and bolt (``kafka``)."""
 
 from typing import Any
 
@@ -7,6 +7,7 @@ _NAMES = {
     "RedisStreamSpout": "redis_stream", "RedisStreamReplaySpout": "redis_stream",
     "RedisStreamsTransactionalSpout": "redis_streams_transactional",
     "RedisStreamsOpaqueTransactionalSpout": "redis_streams_transactional",
+    "KafkaSpout": "kafka", "KafkaBolt": "kafka",
 }
 __all__ = sorted(_NAMES)
 

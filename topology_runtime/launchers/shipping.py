@@ -14,7 +14,7 @@ nothing else. For a non-``local`` master every submit ships:
   paths. Any other name, this project's other top-level packages (``topology_airflow``,
   ``plugins``, ...) included, is the user's when the user's code imports it from outside the
   runtime, and is shipped;
-* the runtime's dependencies (pyzmq, msgpack, redis, hiredis and what they require on any
+* the runtime's dependencies (pyzmq, msgpack, redis, hiredis, confluent-kafka and what they require on any
   3.11.x): native wheels cannot import from a zip, so ``pip install --target`` of the versions
   pinned in requirements.lock, packed once as a tar.gz under ``.topology/spark/`` (keyed by
   the pins, the Python version and the platform) and shipped with ``--archives ...#topology-deps``,
@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 RUNTIME_PACKAGES = ("topology_runtime", "state")
-RUNTIME_DISTRIBUTIONS = ("pyzmq", "msgpack", "redis", "hiredis")
+RUNTIME_DISTRIBUTIONS = ("pyzmq", "msgpack", "redis", "hiredis", "confluent-kafka")
 DEPS_ALIAS = "topology-deps"
 ENV_ALIAS = "topology-env"
 CACHE_MAX_AGE_SECS = 14 * 86400
