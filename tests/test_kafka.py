@@ -18,6 +18,7 @@ from topology_runtime import BasicBolt, LocalCluster, TopologyBuilder, TopologyF
 from topology_runtime.connectors import KafkaBolt, KafkaSpout
 from topology_runtime.connectors.kafka_offsets import OffsetManager
 from topology_runtime.testing import wait_for
+from topology_runtime.transactional import BatchBolt
 
 pytestmark = pytest.mark.slow  # a broker and consumer groups forming: not in make test-fast
 
@@ -171,3 +172,62 @@ def test_bad_input_names_the_topic_the_servers_or_the_component(kafka, redis_url
         cluster.run("kafka-bad-json", b.create_topology(), {}, timeout=60)
     error = str(failed.value)
     assert "deserializer strict_json" in error and "'bad-json' partition 0 offset 0" in error, error
+
+
+class _ValueCount(BatchBolt):
+    """A batch's count of each record value (one word per record), keyed for the committer."""
+
+    outputs = ["tx", "word", "count"]
+
+    def prepare(self, conf, context, batch_id):
+        self.id, self.counts = batch_id, {}
+
+    def execute(self, tup):
+        self.counts[tup["value"]] = self.counts.get(tup["value"], 0) + 1
+
+    def finish_batch(self):
+        for w, n in self.counts.items():
+            self.emit([self.id, w, n])
+
+
+@pytest.mark.parametrize("opaque", [False, True], ids=["transactional", "opaque"])
+def test_transactional_kafka_counts_stay_exact_through_a_sigkilled_worker(kafka, redis_url, opaque):
+    """Each Kafka partition a spout partition, offset ranges as the batches' metadata in the
+    coordinator's records: a worker SIGKILLed once batches committed, counts exact (== truth)."""
+    import random
+
+    from examples.redis_streams_count import UpdateOpaqueWordCounts
+    from examples.transactional_count import UpdateWordCounts
+    from topology_runtime.connectors import KafkaOpaqueTransactionalSpout, KafkaTransactionalSpout
+    from topology_runtime.transactional import TransactionalTopologyBuilder
+
+    topic = f"tx-words-{'opaque' if opaque else 'tx'}"
+    kafka.create_topic(topic, 3)
+    rng = random.Random(5)
+    words = [f"w{rng.randrange(40)}" for _ in range(3000)]
+    kafka.produce(topic, [(str(i), w) for i, w in enumerate(words)])
+    truth: dict[str, int] = {}
+    for w in words:
+        truth[w] = truth.get(w, 0) + 1
+    cls = KafkaOpaqueTransactionalSpout if opaque else KafkaTransactionalSpout
+    spout = cls([topic], kafka.servers, fields=["value"], max_records=100, stop_when_drained=True)
+    name = f"ktx-{'opaque' if opaque else 'tx'}"
+    b = TransactionalTopologyBuilder(name, "spout", spout, 2)
+    b.set_bolt("count", _ValueCount(), 2).fields_grouping("spout", ["value"])
+    b.set_committer_bolt("update", UpdateOpaqueWordCounts() if opaque else UpdateWordCounts(), 2) \
+        .fields_grouping("count", ["word"])
+    key = f"counts:{name}"
+    conf = {"redis.url": redis_url, "count.key": key, "topology.max.spout.pending": 3,
+            "topology.message.timeout.secs": 5}
+    client = redis.Redis.from_url(redis_url)
+    with LocalCluster(workers=2) as cluster:
+        run = cluster.submit(name, b.create_topology(), conf)
+        assert wait_for(lambda: client.hlen(key) > 0, 60), run.status()
+        time.sleep(0.5)
+        os.kill(sorted(run.pids.values())[rng.randrange(2)], signal.SIGKILL)
+        status = run.wait(180)
+    assert status.state == "completed", status.error
+    assert status.restarts >= 1
+    from test_transactional_faults import _counts as committed_counts
+
+    assert committed_counts(client, key) == truth

@@ -8,6 +8,7 @@ _NAMES = {
     "RedisStreamsTransactionalSpout": "redis_streams_transactional",
     "RedisStreamsOpaqueTransactionalSpout": "redis_streams_transactional",
     "KafkaSpout": "kafka", "KafkaBolt": "kafka",
+    "KafkaTransactionalSpout": "kafka_transactional", "KafkaOpaqueTransactionalSpout": "kafka_transactional",
 }
 __all__ = sorted(_NAMES)
 
