@@ -35,6 +35,16 @@ def _text(b: bytes | None) -> str | None:
     return None if b is None else b.decode("utf-8")
 
 
+def bootstrap_servers(conf: dict, given: str | None, where: str) -> str:
+    """The servers given to the component, else the run's ``kafka.bootstrap.servers`` (a DAG or
+    CLI passes them as config); ValueError naming the component when neither is set."""
+    servers = given or conf.get("kafka.bootstrap.servers")
+    if not servers or not isinstance(servers, str):
+        raise ValueError(f"{where}: no Kafka brokers: give bootstrap_servers or set the config key "
+                         "kafka.bootstrap.servers")
+    return servers
+
+
 def check_fields(fields: Any, where: str) -> list[str]:
     fields = name_list(fields, "fields", where)
     bad = [f for f in fields if f not in RECORD_FIELDS]
@@ -78,7 +88,7 @@ class KafkaSpout(Spout):
     backfills). ``consumer_conf``: more librdkafka settings (session timeouts, security).
     """
 
-    def __init__(self, topics: list[str], bootstrap_servers: str, group_id: str,
+    def __init__(self, topics: list[str], bootstrap_servers: str | None, group_id: str,
                  fields: Any = ("key", "value"), deserializer: Callable[[bytes], Any] | None = None,
                  max_fails: int | None = None, start: str = "earliest", bounded: bool = False,
                  batch_size: int = 500, commit_interval_ms: int = 1000,
@@ -90,8 +100,8 @@ class KafkaSpout(Spout):
             raise ValueError(f"{where}: start must be 'earliest' or 'latest', got {start!r}")
         if max_fails is not None and max_fails < 0:
             raise ValueError(f"{where}: max_fails must be None or >= 0, got {max_fails}")
-        if not bootstrap_servers or not group_id:
-            raise ValueError(f"{where}: bootstrap_servers and group_id are required")
+        if not group_id:
+            raise ValueError(f"{where}: group_id is required")
         self.bootstrap_servers, self.group_id = bootstrap_servers, group_id
         self.deserializer, self.max_fails, self.start, self.bounded = deserializer, max_fails, start, bounded
         self.batch_size, self.commit_interval_ms = batch_size, commit_interval_ms
@@ -105,6 +115,7 @@ class KafkaSpout(Spout):
         from confluent_kafka import Consumer
 
         self._where = f"KafkaSpout in component {context.component_id!r}"
+        self.bootstrap_servers = bootstrap_servers(conf, self.bootstrap_servers, self._where)
         self._consumer = Consumer({
             "bootstrap.servers": self.bootstrap_servers, "group.id": self.group_id,
             "enable.auto.commit": False, "auto.offset.reset": self.start, "enable.partition.eof": True,
@@ -285,7 +296,7 @@ class KafkaBolt(Bolt):
 
     outputs: list[str] = []
 
-    def __init__(self, topic: str, bootstrap_servers: str, key_field: str | None = "key", value_field: str = "value",
+    def __init__(self, topic: str, bootstrap_servers: str | None, key_field: str | None = "key", value_field: str = "value",
                  serializer: Callable[[Any], bytes] | None = None, producer_conf: dict[str, Any] | None = None) -> None:
         if not isinstance(topic, str) or not topic:
             raise ValueError(f"KafkaBolt: topic must be a non-empty string, got {topic!r}")
@@ -298,6 +309,7 @@ class KafkaBolt(Bolt):
         from confluent_kafka import Producer
 
         self._where = f"KafkaBolt in component {context.component_id!r}"
+        self.bootstrap_servers = bootstrap_servers(conf, self.bootstrap_servers, self._where)
         self._producer = Producer({"bootstrap.servers": self.bootstrap_servers, "enable.idempotence": True,
                                    "linger.ms": 5, **self.producer_conf})
         topic_partitions(self._producer, [self.topic], self.bootstrap_servers, self._where)

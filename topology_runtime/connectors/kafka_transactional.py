@@ -24,7 +24,7 @@ from typing import Any
 
 from ..api.names import name_list
 from ..transactional.spouts import OpaquePartitionedTransactionalSpout, PartitionedTransactionalSpout
-from .kafka import check_fields, topic_partitions
+from .kafka import bootstrap_servers, check_fields, topic_partitions
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ READ_TIMEOUT_SECS = 10.0  # a partition that neither delivers nor reaches its en
 
 
 class _KafkaPartitions:
-    def __init__(self, topics: list[str], bootstrap_servers: str, fields: Any = ("key", "value"),
+    def __init__(self, topics: list[str], bootstrap_servers: str | None, fields: Any = ("key", "value"),
                  deserializer: Callable[[bytes], Any] | None = None, start: str = "earliest",
                  max_records: int = 500, stop_when_drained: bool = False,
                  consumer_conf: dict[str, Any] | None = None) -> None:
@@ -53,6 +53,7 @@ class _KafkaPartitions:
         from confluent_kafka import Consumer
 
         where = type(self).__name__ + (f" in component {context.component_id!r}" if context is not None else "")
+        self.bootstrap_servers = bootstrap_servers(conf, self.bootstrap_servers, where)
         # Each read is a seek and a fetch to the partition's end: a broker that holds an
         # unfilled fetch for its default 500 ms would cost that per partition per batch.
         self._consumer = Consumer({"bootstrap.servers": self.bootstrap_servers, "group.id": "topology-transactional",
