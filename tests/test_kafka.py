@@ -253,3 +253,37 @@ def test_the_kafka_wordcount_dag_on_spark(kafka, airflow_db, redis_url, monkeypa
     for word, n in kafka.read_all(COUNTS_TOPIC):
         last[word] = max(last.get(word, 0), int(n))
     assert last == truth
+
+
+class _RejectPoison(BasicBolt):
+    outputs = []
+
+    def prepare(self, conf, context):
+        self.client = redis.Redis.from_url(conf["redis.url"])
+
+    def execute(self, tup):
+        if tup["value"] == "poison":
+            raise ValueError("cannot parse this record")
+        self.client.rpush("kafka:good", tup["value"])
+
+
+def test_a_poison_record_goes_to_the_dead_letters_after_max_fails_and_the_rest_goes_on(kafka, redis_url):
+    from state.layout import dead_letter_list
+
+    kafka.create_topic("with-poison", 1)
+    kafka.produce("with-poison", [(None, f"good-{i}") for i in range(50)] + [(None, "poison")] +
+                  [(None, f"good-{i}") for i in range(50, 100)])
+    b = TopologyBuilder()
+    b.set_spout("src", KafkaSpout(["with-poison"], kafka.servers, "poison", fields=["value"], max_fails=2,
+                                  bounded=True, consumer_conf=FAST_GROUP), 1)
+    b.set_bolt("parse", _RejectPoison(), 1).shuffle_grouping("src")
+    with LocalCluster(workers=1) as cluster:
+        status = cluster.run("kafka-poison", b.create_topology(), {"redis.url": redis_url}, timeout=120)
+    assert status.state == "completed", status.error
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    assert sorted(set(client.lrange("kafka:good", 0, -1))) == sorted(f"good-{i}" for i in range(100))
+    import json
+
+    dead = [json.loads(x) for x in client.lrange(dead_letter_list("kafka:with-poison"), 0, -1)]
+    assert [(d["values"], d["offset"], d["fails"]) for d in dead] == [(["poison"], 50, 3)]
+    assert status.components["src"].failed == 3

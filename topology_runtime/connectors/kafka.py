@@ -139,6 +139,7 @@ class KafkaSpout(Spout):
     def close(self) -> None:
         if self._consumer is not None:
             try:
+                self._dead.flush()  # before the offsets move past what it holds
                 self._commit(sync=True)
             finally:
                 self._consumer.close()
@@ -192,6 +193,7 @@ class KafkaSpout(Spout):
             self.emit(values, msg_id=key)
         self._maybe_commit()
         if self.bounded and self._assigned and self._eof >= self._assigned and not self._records:
+            self._dead.flush()
             self._commit(sync=True)
             self.finish()
 
