@@ -58,9 +58,11 @@ def test_a_slow_bolt_is_near_capacity_one_and_holds_its_producer_back(redis_url)
                             .get(str(spout_worker), {}).get("backpressure"), timeout=15)
             workers = control.get("capacity").status["workers"]
             assert workers[str(spout_worker)]["backpressure_secs"] > 0
+            # The exposition reads the run record, which the run publishes every 2 s.
+            assert wait_for(lambda: 'topology_component_capacity{component="slow",topology="capacity"}'
+                            in exposition(control).decode(), timeout=15)
             text = exposition(control).decode()
             assert f'topology_worker_backpressure{{topology="capacity",worker="{spout_worker}"}} 1.0' in text
-            assert 'topology_component_capacity{component="slow",topology="capacity"}' in text
         finally:
             run.kill()
 

@@ -32,6 +32,7 @@ SAMPLES = [
     m.EndOfInput(["win"]),
     m.Barrier(12),
     m.Commit(12),
+    m.Inspect({"logger": "app", "level": "DEBUG", "until": 1.5}, {"component": "split", "percent": 10.0, "until": 2.5}),
 ]
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from topology_runtime import BasicBolt, LocalCluster, Spout, TopologyBuilder
 from topology_runtime.testing import wait_for
 from topology_runtime.transport.sockets import DataTransport
@@ -142,6 +144,7 @@ def _peak_consumer_rss(window: int) -> float:
     return peak
 
 
+@pytest.mark.slow  # two runs of 400 MB through real workers
 def test_a_slow_consumer_holds_its_producer_back_instead_of_buffering_without_end():
     bounded = _peak_consumer_rss(16 * MB)
     unbounded = _peak_consumer_rss(0)

@@ -16,6 +16,7 @@ from topology_runtime.control import inspection
 from topology_runtime.control.control_plane import ControlPlane
 from topology_runtime.testing import wait_for
 
+pytestmark = pytest.mark.slow  # a live run watched for several seconds: not in make test-fast
 log = logging.getLogger("userapp.talk")
 
 
