@@ -48,15 +48,8 @@ with DAG(
     @task
     def report() -> dict:
         from examples.kafka_wordcount import COUNTS
-        from state.connection import connect
-        from topology_runtime.control.redis_server import resolve_redis_url
+        from examples.wordcount import report
 
-        url, _ = resolve_redis_url(None)
-        counts = {k: int(v) for k, v in connect(url, decode_responses=True).hgetall(COUNTS).items()}
-        top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
-        print(f"{sum(counts.values())} words counted; top words:")
-        for word, n in top:
-            print(f"  {word:<10} {n}")
-        return dict(top)
+        return report(COUNTS)
 
     produce_sentences() >> count >> report()

@@ -62,18 +62,9 @@ def wordcount_dag(dag_id: str, deferrable: bool) -> DAG:
 
         @task
         def report() -> dict:
-            from examples.wordcount import COUNTS
-            from state.connection import connect
-            from topology_runtime.control.redis_server import resolve_redis_url
+            from examples.wordcount import COUNTS, report
 
-            url, _ = resolve_redis_url(None)  # every task finds the same Redis (docs/operations.md)
-
-            counts = {k: int(v) for k, v in connect(url, decode_responses=True).hgetall(COUNTS).items()}
-            top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
-            print(f"{sum(counts.values())} words counted; top words:")
-            for word, n in top:
-                print(f"  {word:<10} {n}")
-            return dict(top)
+            return report(COUNTS)
 
         loaded >> recover >> wordcount >> report()
     return dag

@@ -118,6 +118,20 @@ def true_counts(sentences: list[str]) -> dict[str, int]:
     return counts
 
 
+def report(counts_key: str = COUNTS, n: int = 10) -> dict[str, int]:
+    """Print and return the ``n`` most counted words in the hash ``counts_key`` of the run's
+    Redis (what the word count DAGs' last task shows)."""
+    from topology_runtime.control.redis_server import resolve_redis_url
+
+    url, _ = resolve_redis_url(None)  # every task finds the same Redis (docs/operations.md)
+    counts = {k: int(v) for k, v in connect(url, decode_responses=True).hgetall(counts_key).items()}
+    top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+    print(f"{sum(counts.values())} words counted; top words:")
+    for word, c in top:
+        print(f"  {word:<10} {c}")
+    return dict(top)
+
+
 def load_sentences(client: redis.Redis, n: int, stream: str = STREAM, seed: int = 7) -> list[str]:
     sentences = sample_sentences(n, seed)
     pipe = client.pipeline(transaction=False)

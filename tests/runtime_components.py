@@ -4,6 +4,7 @@ Redis URL from the user config key ``test.redis.url`` and writes under ``test.ke
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import redis
 
@@ -391,3 +392,38 @@ class CountInState(StatefulBolt):
     def execute(self, tup):
         self.state.put("n", self.state.get("n", 0) + 1)
         self.ack(tup)
+
+
+def rss_mib(field: str, pid: int | str = "self") -> float:
+    """VmRSS / VmHWM (the kernel's own peak) of a process, in MiB."""
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(line for line in f if line.startswith(field + ":")).split()[1]) / 1024
+
+
+def peak_rss_growth(run, timeout: float = 120, only: Callable[[int], bool] = lambda index: True):
+    """Wait for ``run``; (its final status, the peak RSS of its workers ``only`` admits, above
+    what each inherited). LocalCluster forks its workers from this process, whose resident pages
+    they count as their own: late in a whole test session that is Airflow, Spark's client and more."""
+    import threading
+
+    inherited = rss_mib("VmRSS")
+    peak = 0.0
+    stop = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not stop.wait(0.02):
+            for index, pid in list(run.pids.items()):
+                if only(index):
+                    try:  # VmHWM: no spike falls between two samples
+                        peak = max(peak, rss_mib("VmHWM", pid) - inherited)
+                    except (OSError, StopIteration):
+                        pass
+    t = threading.Thread(target=sample)
+    t.start()
+    try:
+        status = run.wait(timeout=timeout)
+    finally:
+        stop.set()
+        t.join()
+    return status, peak

@@ -5,10 +5,10 @@ producer, with no spout pending bound at all."""
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
+from runtime_components import peak_rss_growth
 
 from topology_runtime import BasicBolt, LocalCluster, Spout, TopologyBuilder
 from topology_runtime.testing import wait_for
@@ -108,38 +108,13 @@ def _peak_consumer_rss(window: int) -> float:
     b = TopologyBuilder()
     b.set_spout("hose", Firehose(), 1)
     b.set_bolt("slow", Slow(), 1).shuffle_grouping("hose")
-    peak = 0.0
     conf = {"topology.acker.executors": 0, "topology.transfer.peer.window.bytes": window}
     with LocalCluster(workers=2) as cluster:
         run = cluster.submit("firehose", b.create_topology(), conf)
         plan = run.plan
         consumer = plan.task_worker[plan.component_tasks["slow"][0]]
         assert plan.task_worker[plan.component_tasks["hose"][0]] != consumer  # the tuples cross workers
-        stop = threading.Event()
-        base: dict[int, float] = {}
-
-        def sample():
-            nonlocal peak
-            while not stop.wait(0.02):
-                for index, pid in list(run.pids.items()):
-                    if index != consumer:
-                        continue
-                    try:
-                        with open(f"/proc/{pid}/status") as f:
-                            fields = dict(line.split(":", 1) for line in f)
-                        rss = int(fields["VmRSS"].split()[0]) / 1024
-                        hwm = int(fields["VmHWM"].split()[0]) / 1024
-                    except (OSError, KeyError, ValueError):
-                        continue
-                    base.setdefault(pid, rss)  # what it inherited from this forked process
-                    peak = max(peak, hwm - base[pid])
-        t = threading.Thread(target=sample)
-        t.start()
-        try:
-            status = run.wait(timeout=120)
-        finally:
-            stop.set()
-            t.join()
+        status, peak = peak_rss_growth(run, only=lambda index: index == consumer)
     assert status.state == "completed", status.error
     return peak
 

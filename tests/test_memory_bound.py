@@ -5,10 +5,10 @@ Unbounded, they also make batches over the 256 MB message cap, which go as small
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
+from runtime_components import peak_rss_growth
 
 from topology_runtime import BasicBolt, LocalCluster, Spout, TopologyBuilder
 from topology_runtime.reliability.spout_pending import PendingBudget, value_bytes
@@ -61,39 +61,14 @@ class SlowSink(BasicBolt):
         time.sleep(0.03)  # slower than the spout: without bounds, tuples pile up
 
 
-def _rss_mib(field: str, pid: int | str = "self") -> float:
-    with open(f"/proc/{pid}/status") as f:
-        return int(next(line for line in f if line.startswith(field + ":")).split()[1]) / 1024
-
-
 def _peak_worker_rss(conf: dict) -> tuple[str, float]:
     """Run 150 tuples of 10 MB through 2 workers; the peak RSS of the largest worker (MiB) above
-    what it inherited: LocalCluster forks its workers from this process, whose pages they count as
-    their own (late in a whole test session, this process holds Airflow, Spark's client and more)."""
-    inherited = _rss_mib("VmRSS")
+    what it inherited from this process."""
     b = TopologyBuilder()
     b.set_spout("big", BigTuples(), 1)
     b.set_bolt("sink", SlowSink(), 2).shuffle_grouping("big")
-    peak = 0.0
     with LocalCluster(workers=2) as cluster:
-        run = cluster.submit("big-tuples", b.create_topology(), conf)
-        stop = threading.Event()
-
-        def sample():
-            nonlocal peak
-            while not stop.wait(0.02):
-                for pid in list(run.pids.values()):
-                    try:  # VmHWM: the kernel's own peak, so no spike falls between two samples
-                        peak = max(peak, _rss_mib("VmHWM", pid) - inherited)
-                    except (OSError, StopIteration):
-                        pass
-        t = threading.Thread(target=sample)
-        t.start()
-        try:
-            status = run.wait(timeout=120)
-        finally:
-            stop.set()
-            t.join()
+        status, peak = peak_rss_growth(cluster.submit("big-tuples", b.create_topology(), conf))
     return status.state, peak
 
 

@@ -140,6 +140,9 @@ class Split(SplitSentence):
     def prepare(self, conf, context):
         super().prepare(conf, context)
         connect(conf["redis.url"]).hset("userwc:imported", f"split-{context.task_id}", __file__)
+        import confluent_kafka  # the Kafka client ships with the runtime's dependencies, librdkafka too
+
+        connect(conf["redis.url"]).hset("userwc:kafka", f"split-{context.task_id}", confluent_kafka.libversion()[0])
 """,
     "topology_airflow/__init__.py": "",
     "topology_airflow/count.py": """
@@ -181,6 +184,10 @@ def test_wordcount_through_the_cli_on_a_standalone_cluster(spark_standalone, red
     imported = client.hgetall("userwc:imported")  # one entry per task: 2 split, 2 count
     assert len(imported) == 4 and all(".zip/" in f and str(project) not in f for f in imported.values()), imported
     assert {f.split(".zip/")[1] for f in imported.values()} == {"plugins/split.py", "topology_airflow/count.py"}
+    import confluent_kafka
+
+    kafka = client.hgetall("userwc:kafka")  # the executors imported confluent-kafka from the shipped deps
+    assert len(kafka) == 2 and set(kafka.values()) == {confluent_kafka.libversion()[0]}, kafka
     assert f"supervisor at tcp://{DRIVER_IP}:" in out
     rec = ControlPlane(redis_url).get("sa-wc")
     assert rec.state == "completed" and rec.status["restarts"] == 0
