@@ -15,7 +15,7 @@ import redis
 from kafka_broker import FAST_GROUP
 
 from examples.wordcount import SplitSentence, WordCount, sample_sentences, true_counts
-from topology_runtime import BasicBolt, LocalCluster, TopologyBuilder, TopologyFailed
+from topology_runtime import BasicBolt, LocalCluster, Spout, TopologyBuilder, TopologyFailed
 from topology_runtime.connectors import KafkaBolt, KafkaSpout
 from topology_runtime.connectors.kafka_offsets import OffsetManager
 from topology_runtime.testing import wait_for
@@ -287,3 +287,47 @@ def test_a_poison_record_goes_to_the_dead_letters_after_max_fails_and_the_rest_g
     dead = [json.loads(x) for x in client.lrange(dead_letter_list("kafka:with-poison"), 0, -1)]
     assert [(d["values"], d["offset"], d["fails"]) for d in dead] == [(["poison"], 50, 3)]
     assert status.components["src"].failed == 3
+
+
+class _Ticking(Spout):
+    """One tuple every 50 ms, tracked, replayed on failure (until the test ends the run)."""
+
+    outputs = ["key", "value"]
+
+    def open(self, conf, context):
+        self.n = 0
+
+    def next_tuple(self):
+        time.sleep(0.05)
+        self.n += 1
+        self.emit([f"k{self.n}", f"v{self.n}"], msg_id=self.n)
+
+    def fail(self, msg_id):
+        self.emit([f"k{msg_id}", f"v{msg_id}"], msg_id=msg_id)
+
+
+def test_a_failed_delivery_fails_the_tuple(tmp_path):
+    """The bolt's broker goes away mid-run (its own Tansu, killed): deliveries time out, and
+    the tuples fail back to their spout instead of being acked unwritten."""
+    from kafka_broker import TansuBroker
+
+    broker = TansuBroker(tmp_path / "tansu.log")
+    broker.start()
+    broker.create_topic("lost-writes", 1)
+    b = TopologyBuilder()
+    b.set_spout("ticks", _Ticking(), 1)
+    b.set_bolt("out", KafkaBolt("lost-writes", broker.servers, producer_conf={"message.timeout.ms": 1500}), 1) \
+        .shuffle_grouping("ticks")
+    try:
+        with LocalCluster(workers=1) as cluster:
+            run = cluster.submit("kafka-lost", b.create_topology(), {"topology.message.timeout.secs": 30})
+            try:
+                assert wait_for(lambda: run.status().components["out"].acked >= 10, 30), run.status()
+                broker.stop()
+                assert wait_for(lambda: run.status().components["out"].failed > 0, 30), run.status()
+                st = run.status()
+                assert st.components["ticks"].failed > 0  # back at the spout well before the message timeout
+            finally:
+                run.kill()
+    finally:
+        broker.stop()
