@@ -43,6 +43,10 @@ DEFAULTS: dict[str, Any] = {
     # CurveZMQ encryption and authentication of every worker and control socket (keys derived
     # from the run's secret); false: plaintext with a keyed MAC per message. docs/security.md.
     "topology.transport.encryption": True,
+    # Storm 2's: the longest a spout's tuples wait in the worker before they go out. A worker
+    # stops calling next_tuple and flushes once this much time went by in one round of calls, so
+    # a spout that waits inside next_tuple (a paced source) is not held back for 64 calls.
+    "topology.batch.flush.interval.millis": 1,
     "topology.sleep.spout.wait.strategy.time.ms": 1,
     "topology.max.error.report.per.interval": 5,
     # This project's own keys.
@@ -85,7 +89,7 @@ STORM_KEYS_NOT_IMPLEMENTED = frozenset(
     topology.tasks topology.eventlogger.executors topology.max.task.parallelism
     topology.spout.wait.strategy topology.bolt.wait.strategy topology.backpressure.enable
     topology.backpressure.check.millis topology.backpressure.wait.strategy
-    topology.executor.send.buffer.size topology.producer.batch.size topology.batch.flush.interval.millis
+    topology.executor.send.buffer.size topology.producer.batch.size
     topology.fall.back.on.java.serialization topology.kryo.register topology.kryo.decorators
     topology.kryo.factory topology.skip.missing.kryo.registrations topology.tuple.serializer
     topology.stats.sample.rate topology.builtin.metrics.bucket.size.secs topology.metrics.consumer.register
@@ -229,6 +233,8 @@ def resolve_config(conf: Mapping[str, Any] | None, workers: int | None = None,
     k = "topology.acker.executors"
     out[k] = _positive_number(k, out[k], allow_none=True, integer=True, zero=True)
     k = "topology.message.timeout.secs"
+    out[k] = _positive_number(k, out[k])
+    k = "topology.batch.flush.interval.millis"
     out[k] = _positive_number(k, out[k])
     k = "topology.max.spout.pending"
     out[k] = _positive_number(k, out[k], allow_none=True, integer=True)

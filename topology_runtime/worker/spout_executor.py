@@ -174,13 +174,16 @@ class SpoutExecutor(BaseExecutor):
         """Trees this task may have pending now (count and byte bounds), None: unbounded."""
         return self.budget.cap if self.budget is not None else None
 
-    def run_next_tuple(self, max_calls: int) -> int:
-        """Call next_tuple up to max_calls times while it keeps emitting; return emits."""
+    def run_next_tuple(self, max_calls: int, max_secs: float = 0.001) -> int:
+        """Call next_tuple up to max_calls times while it keeps emitting, for at most about
+        ``max_secs`` (then the worker flushes what it emitted); return emits."""
         stats = self.stats
         start = stats.emitted
         nt = self.instance.next_tuple
         budget = self.budget
         pending = self.pending
+        clock = time.perf_counter  # vDSO clock read, no system call
+        deadline = clock() + max_secs
         for _ in range(max_calls):
             before = stats.emitted
             try:
@@ -190,7 +193,8 @@ class SpoutExecutor(BaseExecutor):
                 self.report_error("next_tuple()", e)
                 break
             if stats.emitted == before or self.finished or (
-                    budget is not None and budget.cap is not None and len(pending) >= budget.cap):
+                    budget is not None and budget.cap is not None and len(pending) >= budget.cap) \
+                    or clock() >= deadline:
                 break
         return stats.emitted - start
 

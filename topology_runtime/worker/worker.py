@@ -320,6 +320,7 @@ class Worker:
         poller.register(completions.fd, zmq.POLLIN)
         spouts = list(self.local_spouts.values())
         transport = self.transport
+        flush_secs = float(self.conf.get("topology.batch.flush.interval.millis") or 1) / 1000.0
         wait_ms = 0
         while not self.stop_requested:
             events = dict(poller.poll(wait_ms))
@@ -343,7 +344,7 @@ class Worker:
                 emitted = 0
                 for s in spouts:
                     if s.can_emit():
-                        emitted += s.run_next_tuple(SPOUT_CALLS_PER_ITERATION)
+                        emitted += s.run_next_tuple(SPOUT_CALLS_PER_ITERATION, flush_secs)
                 if emitted:
                     busy = True
                     self._drain_queue()
