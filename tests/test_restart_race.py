@@ -36,7 +36,8 @@ def _topology():
 @pytest.mark.parametrize("pause", [0.0, 0.5], ids=["prompt", "supervisor-paused-after-fork"])
 def test_killing_every_worker_at_once_repeatedly_loses_nothing(redis_url, monkeypatch, pause):
     client = redis.Redis.from_url(redis_url, decode_responses=True)
-    truth = true_counts(load_sentences(client, 6000, stream=STREAM))
+    # Enough input that the run outlasts the kills (a faster runtime ended it after one).
+    truth = true_counts(load_sentences(client, 20000, stream=STREAM))
     if pause:
         start = LocalRun._start
 
@@ -55,7 +56,7 @@ def test_killing_every_worker_at_once_repeatedly_loses_nothing(redis_url, monkey
         def chaos():
             nonlocal kills
             for _ in range(3):
-                if stop.wait(1.5) or run.done:
+                if stop.wait(1.0) or run.done:
                     return
                 pids = run.pids
                 if len(pids) < 2:
