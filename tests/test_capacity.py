@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from topology_runtime import BasicBolt, LocalCluster, Spout, TopologyBuilder
 from topology_runtime.control.control_plane import ControlPlane
 from topology_runtime.control.metrics import exposition
@@ -33,6 +35,7 @@ class Fast(BasicBolt):
         pass
 
 
+@pytest.mark.slow  # a live run driven into backpressure
 def test_a_slow_bolt_is_near_capacity_one_and_holds_its_producer_back(redis_url):
     b = TopologyBuilder()
     b.set_spout("lines", Lines(), 1)

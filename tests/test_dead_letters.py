@@ -150,6 +150,7 @@ class CountOrRaise(StatefulBolt):
         self.ack(tup)
 
 
+@pytest.mark.slow  # ten rollbacks of a live run: a fault run
 def test_exactly_once_gives_up_on_a_poison_entry_and_goes_on(capsys, redis_url, r):
     """One malformed event among good ones, read by position in exactly-once mode: each failure
     rolls the topology back and is counted in Redis; past max_fails the entry is dead-lettered and

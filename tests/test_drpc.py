@@ -121,6 +121,7 @@ def test_malformed_and_expired_requests_are_dropped(drpc):
     assert r.llen("drpc:{probe}:requests:dead") == 1  # the entry without a deadline field
 
 
+@pytest.mark.slow  # a SIGKILLed worker: a fault run
 def test_sigkilled_worker_mid_request(drpc):
     """A request waits on a tuple held by the worker we SIGKILL. If that worker does not host the
     spout, the tree times out and the client gets DRPCExecutionException (Storm's behaviour);

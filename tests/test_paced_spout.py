@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from topology_runtime import BasicBolt, LocalCluster, Spout, TopologyBuilder
 
 
@@ -31,6 +33,7 @@ class Sink(BasicBolt):
         pass
 
 
+@pytest.mark.slow  # 40 tuples at 50 ms each
 def test_a_paced_spout_has_a_complete_latency_of_milliseconds_not_seconds():
     b = TopologyBuilder()
     b.set_spout("paced", Paced(), 1)
