@@ -34,17 +34,26 @@ def _running(cp: ControlPlane, name: str) -> bool:
     return rec is not None and rec.live and rec.state == "running"
 
 
-def test_sigterm_to_the_task_process_group_ends_the_run_killed_not_lost(redis_url):
-    """The CLI, spark-submit's JVM and the Python driver share a process group, as under an
-    Airflow task: SIGTERM to all of them at once. The driver kills the topology and records it."""
-    name = "term-group"
+def _submit_unbounded(name: str, redis_url: str) -> tuple[subprocess.Popen, ControlPlane]:
+    """`topology submit` of an unbounded topology in its own process group (as an Airflow task
+    runs it), once the run is running."""
     proc = subprocess.Popen([sys.executable, "-m", "topology_runtime.cli", "submit", "tests.spark_topologies:unbounded",
                              "--name", name, "--workers", "2", "--redis", redis_url, "--progress-interval", "1"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
                             start_new_session=True)
     cp = ControlPlane(redis_url)
+    if not wait_for(lambda: _running(cp, name) or proc.poll() is not None, 120):
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise AssertionError(f"run {name!r} did not start: {proc.communicate()[0][-3000:]}")
+    return proc, cp
+
+
+def test_sigterm_to_the_task_process_group_ends_the_run_killed_not_lost(redis_url):
+    """The CLI, spark-submit's JVM and the Python driver share a process group, as under an
+    Airflow task: SIGTERM to all of them at once. The driver kills the topology and records it."""
+    name = "term-group"
+    proc, cp = _submit_unbounded(name, redis_url)
     try:
-        assert wait_for(lambda: _running(cp, name) or proc.poll() is not None, 120), proc.communicate()[0][-3000:]
         os.killpg(proc.pid, signal.SIGTERM)
         assert wait_for(lambda: not cp.is_live(name), 40), "the run is still live after SIGTERM"
     finally:
@@ -77,13 +86,8 @@ def test_a_spark_jvm_that_dies_under_the_driver_ends_the_run_failed_not_lost(red
     call into Spark fails from then on, and the driver still ends the run with a final state that
     names what happened, instead of dying with it and leaving it ``lost``."""
     name = "jvm-gone"
-    proc = subprocess.Popen([sys.executable, "-m", "topology_runtime.cli", "submit", "tests.spark_topologies:unbounded",
-                             "--name", name, "--workers", "2", "--redis", redis_url, "--progress-interval", "1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-                            start_new_session=True)
-    cp = ControlPlane(redis_url)
+    proc, cp = _submit_unbounded(name, redis_url)
     try:
-        assert wait_for(lambda: _running(cp, name) or proc.poll() is not None, 120), proc.communicate()[0][-3000:]
         jvm = _jvm_pid(proc.pid)
         assert jvm is not None
         os.kill(jvm, signal.SIGKILL)
