@@ -103,3 +103,17 @@ def test_topology_metrics_server_serves_every_topology_of_the_redis(redis_url):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_metrics_server_on_a_taken_port_says_so(redis_url):
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        out = subprocess.run([sys.executable, "-m", "topology_runtime.cli", "metrics-server", "--port", str(port),
+                              "--redis", redis_url], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 4 and f"cannot listen on 127.0.0.1:{port}" in out.stderr, out
