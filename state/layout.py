@@ -248,6 +248,12 @@ def savepoints_key(topology_id: str) -> str:
     return ctl_key(topology_id, "savepoints")
 
 
+def savepoint_hold_key(topology_id: str) -> str:
+    """``topology:{ID:ctl}:savepoint-hold``: while it exists (with a TTL, so a dead taker cannot
+    stall checkpoints for long), the checkpoint spout starts no new checkpoint."""
+    return ctl_key(topology_id, "savepoint-hold")
+
+
 def is_savepoint_key(key: str | bytes) -> bool:
     """Whether ``key`` is a savepoint's copy or the manifests (``topology reset`` keeps those)."""
     k = key.decode() if isinstance(key, bytes) else key

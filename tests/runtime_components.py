@@ -427,3 +427,35 @@ def peak_rss_growth(run, timeout: float = 120, only: Callable[[int], bool] = lam
         stop.set()
         t.join()
     return status, peak
+
+
+class StreamFeeder:
+    """Appends sentences to a Redis stream from a thread until stopped, so that a bounded run
+    stays live for as long as a test needs it (however slow the machine); ``sentences`` is
+    everything appended."""
+
+    def __init__(self, url: str, stream: str, per_round: int = 50, every: float = 0.05) -> None:
+        import threading
+
+        from examples.wordcount import load_sentences
+
+        self.sentences: list[str] = []
+        self._stop = threading.Event()
+
+        def feed() -> None:
+            client = redis.Redis.from_url(url, decode_responses=True)
+            seed = 1000
+            while not self._stop.is_set():
+                self.sentences += load_sentences(client, per_round, stream, seed=seed)
+                seed += 1
+                self._stop.wait(every)
+
+        self._thread = threading.Thread(target=feed, daemon=True)
+
+    def __enter__(self) -> StreamFeeder:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()

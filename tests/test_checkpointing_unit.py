@@ -112,6 +112,27 @@ def test_final_checkpoint_is_immediate_and_reported():
     assert m.final_done
 
 
+def test_a_hold_puts_off_new_checkpoints_but_not_the_one_under_way():
+    """A savepoint copying the committed state holds new checkpoints; the step in flight still
+    completes, and a bounded run's final checkpoint is never held."""
+    saved: list = []
+    m = CheckpointSpoutMachine(CheckPointState(-1, COMMITTED), 100, 0.0)
+    _drive(m, 0.0, saved)
+    _ack(m, -1, saved)
+    assert m.would_start(0.1)
+    assert m.next(0.1, hold=True) == (None, None)  # held: the record stays COMMITTED
+    assert m.next(5.0, hold=True) == (None, None)
+    assert m.next(5.0)[0] == (0, "PREPARE")  # released
+    _ack(m, 0, saved)
+    assert not m.would_start(5.0)
+    assert m.next(5.0, hold=True)[0] == (0, "COMMIT")  # the checkpoint under way completes
+    _ack(m, 0, saved)
+    assert saved[-1] == CheckPointState(0, COMMITTED)
+    m.request_final(5.0)
+    assert not m.would_start(5.0)
+    assert m.next(5.0, hold=True)[0] == (1, "PREPARE")
+
+
 def test_barrier_waits_for_every_input_and_ignores_stale():
     b = CheckpointBarrier(3)
     assert [b.arrive(5, "PREPARE") for _ in range(3)] == ["wait", "wait", "handle"]

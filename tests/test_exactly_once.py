@@ -21,15 +21,15 @@ CONF = {"topology.state.provider": "redis", "topology.state.exactly.once": True,
         "topology.max.spout.pending": 100}  # short queues: barriers do not wait behind a backlog
 
 
-def _run(redis_url, name, n, kill=None, env=None, monkeypatch=None, tmp_path=None):
+def _run(redis_url, name, n, kill=None, env=None, monkeypatch=None, tmp_path=None, conf=None, kill_after=200):
     truth = true_counts(load_sentences(redis.Redis.from_url(redis_url, decode_responses=True), n))
     if env:
         for k, v in env.items():
             monkeypatch.setenv(k, v)
     with LocalCluster(workers=2) as cluster:
-        run = cluster.submit(name, exactly_once_wordcount(), {"redis.url": redis_url, **CONF})
+        run = cluster.submit(name, exactly_once_wordcount(), {"redis.url": redis_url, **CONF, **(conf or {})})
         if kill is not None:
-            assert wait_for(lambda: run.status().components["split"].executed > 200, 60)
+            assert wait_for(lambda: run.status().components["split"].executed > kill_after, 60)
             os.kill(run.pids[kill], signal.SIGKILL)
         status = run.wait(240)
     assert status.state == "completed", status.error
@@ -51,13 +51,17 @@ def test_exactly_once_without_faults(redis_url):
 @pytest.mark.slow
 @pytest.mark.parametrize("victim", [0, 1])
 def test_exactly_once_survives_a_killed_worker(redis_url, victim):
-    status, counts, truth = _run(redis_url, f"eo-kill{victim}", 1500, kill=victim)
+    # Killed half-way, with figures reported every 0.1 s: a worker's unreported figures (at most
+    # one interval's) die with it, while its tasks' earlier figures must carry over.
+    status, counts, truth = _run(redis_url, f"eo-kill{victim}", 1500, kill=victim, kill_after=750,
+                                 conf={"topology.stats.interval.secs": 0.1})
     assert status.restarts >= 1
     assert counts == truth  # == , not >=: nothing counted twice
-    # The figures are the run's, across incarnations: the restarted worker's tasks did not start
-    # again from zero (replays after the rollback count on top).
+    # The figures are the run's, across incarnations: had the restarted worker's tasks started
+    # again from zero, about a quarter of the words' executes would be missing.
     split, count = status.components["split"], status.components["count"]
-    assert split.executed >= 1500 and count.executed >= sum(truth.values()), (split, count)
+    words = sum(truth.values())
+    assert split.executed >= 0.9 * 1500 and count.executed >= 0.9 * words, (split, count)
 
 
 @pytest.mark.slow

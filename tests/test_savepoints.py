@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import redis
+from runtime_components import StreamFeeder
 from spark_topologies import SlowSplit
 
 from examples.stateful_wordcount import StatefulWordCount, counts_in_state
@@ -163,7 +164,7 @@ def test_a_live_savepoint_of_a_run_on_storms_protocol(redis_url, redis_client):
     from topology_runtime.connectors import RedisStreamSpout
 
     r = redis.Redis.from_url(redis_url, decode_responses=True)
-    truth = true_counts(load_sentences(r, 3000))
+    first = load_sentences(r, 3000)
     b = TopologyBuilder()
     b.set_spout("sentences", RedisStreamSpout(STREAM, fields=["sentence"], bounded=True, batch_size=50), 1)
     b.set_bolt("split", SlowSplit(), 2).shuffle_grouping("sentences")
@@ -171,9 +172,12 @@ def test_a_live_savepoint_of_a_run_on_storms_protocol(redis_url, redis_client):
     conf = {"redis.url": redis_url, "topology.state.provider": "redis", "topology.state.checkpoint.interval.ms": 100}
     with LocalCluster(workers=2, redis_url=redis_url) as cluster:
         run = cluster.submit("wc-storm", b.create_topology(), conf)
-        assert wait_for(lambda: sum(counts_in_state(redis_url, "wc-storm").values()) > 0, 60)
-        assert cli(["savepoint", "wc-storm", "--name", "live", "--redis", redis_url]) == 0
-        assert run.status().state == "running"  # taken from the live run
+        # Input keeps arriving until the savepoint is taken: the run cannot finish before it.
+        with StreamFeeder(redis_url, STREAM) as feeder:
+            assert wait_for(lambda: sum(counts_in_state(redis_url, "wc-storm").values()) > 0, 60)
+            assert cli(["savepoint", "wc-storm", "--name", "live", "--redis", redis_url]) == 0
+            assert run.status().state == "running"  # taken from the live run
+        truth = true_counts(first + feeder.sentences)
         status = run.wait(120)
     assert status.state == "completed", status.error
     assert counts_in_state(redis_url, "wc-storm") == truth

@@ -30,8 +30,16 @@ class CheckpointSpoutMachine:
         self.final_done = False
         self._final_txid: int | None = None
 
-    def next(self, now: float) -> tuple[tuple[int, str] | None, CheckPointState | None]:
-        """What to emit now, and a state to save *before* emitting it."""
+    def would_start(self, now: float) -> bool:
+        """Whether ``next`` would start a new checkpoint now (one a hold may put off)."""
+        return (not self.in_progress and not self.recovering and not self.final_done
+                and self.final_requested_at is None and self.state.state == COMMITTED
+                and now - self.last >= self.interval)
+
+    def next(self, now: float, hold: bool = False) -> tuple[tuple[int, str] | None, CheckPointState | None]:
+        """What to emit now, and a state to save *before* emitting it. ``hold``: start no new
+        checkpoint (a savepoint is copying the committed one); recovery, a checkpoint under way
+        and a bounded run's final checkpoint go on regardless."""
         if self.in_progress:
             return None, None
         if self.recovering:
@@ -41,8 +49,10 @@ class CheckpointSpoutMachine:
         # checkpoints, so the run's traffic stops and its end can be told.
         if self.final_done:
             due = False
+        elif self.final_requested_at is not None:
+            due = True
         else:
-            due = now - self.last >= self.interval or self.final_requested_at is not None
+            due = now - self.last >= self.interval and not hold
         if self.state.state != COMMITTED or due:
             save = None
             if self.state.state == COMMITTED:

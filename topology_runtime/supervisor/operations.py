@@ -127,6 +127,7 @@ class DayTwoOperations:
 
 
 SAVEPOINT_TRIES_SECS = 60.0  # how long a Storm-protocol run's savepoint looks for a quiet moment
+HOLD_TTL_SECS = 10.0  # a savepoint's hold on new checkpoints outlives a dead taker this long at most
 
 
 def storm_savepoint(topology_id: str, plan: Plan, name: str) -> None:
@@ -136,14 +137,19 @@ def storm_savepoint(topology_id: str, plan: Plan, name: str) -> None:
     state hashes did not move). Tried again until a checkpoint interval leaves room for it."""
     from state import savepoints
     from state.connection import connect
+    from state.layout import savepoint_hold_key
 
     from ..api.config import state_redis_url
 
     client = connect(state_redis_url(plan.conf, needed_for="a savepoint"))
     deadline = time.monotonic() + SAVEPOINT_TRIES_SECS
     why = "no quiet moment between two checkpoints"
+    hold = savepoint_hold_key(topology_id)
     try:
         while time.monotonic() < deadline:
+            # The checkpoint spout starts no checkpoint while the hold stands: once the one under
+            # way commits, the record stays COMMITTED for the copy, however short the interval.
+            client.set(hold, name, px=int(HOLD_TTL_SECS * 1000))
             try:
                 m = savepoints.take(client, topology_id, name)
             except savepoints.Unsettled as e:
@@ -165,4 +171,8 @@ def storm_savepoint(topology_id: str, plan: Plan, name: str) -> None:
         except Exception:  # noqa: BLE001 - Redis gone: the waiting caller times out
             pass
     finally:
+        try:
+            client.delete(hold)
+        except Exception:  # noqa: BLE001 - Redis gone: the hold expires by itself
+            pass
         client.close()

@@ -14,11 +14,17 @@ from ..reliability.checkpointing import CHECKPOINT_STREAM, CheckpointSpoutMachin
 class CheckpointSpout(Spout):
     outputs = {CHECKPOINT_STREAM: ["txid", "action"]}
 
-    def __init__(self, load: Callable[[], Any], save: Callable[[Any], None], interval_ms: float) -> None:
+    HOLD_CHECK_SECS = 0.05  # a hold is looked up at most this often, only when a checkpoint is due
+
+    def __init__(self, load: Callable[[], Any], save: Callable[[Any], None], interval_ms: float,
+                 held: Callable[[], bool] | None = None) -> None:
         self.load = load
         self.save = save
         self.interval_ms = interval_ms
+        self.held = held
         self.machine: CheckpointSpoutMachine | None = None
+        self._hold = False
+        self._hold_checked = float("-inf")
 
     def open(self, conf, context) -> None:
         self.saved = self.load()
@@ -36,7 +42,13 @@ class CheckpointSpout(Spout):
         self.saved = state
 
     def next_tuple(self) -> None:
-        out, save = self.machine.next(time.monotonic())
+        now = time.monotonic()
+        hold = False
+        if self.held is not None and self.machine.would_start(now):
+            if now - self._hold_checked >= self.HOLD_CHECK_SECS:
+                self._hold_checked, self._hold = now, bool(self.held())
+            hold = self._hold
+        out, save = self.machine.next(now, hold)
         if save is not None:
             self._save(save)
         if out is not None:

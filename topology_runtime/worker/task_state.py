@@ -84,7 +84,10 @@ class TaskStateProvider:
         return st, st.get("__snapshot")
 
     def checkpoint_spout(self) -> CheckpointSpout:
+        import redis
+
         from state.checkpoint import COMMITTED, COMMITTING, INITIAL, load_checkpoint, save_checkpoint
+        from state.layout import savepoint_hold_key
         from state.providers import CheckpointRecord, MemoryStateProvider, RedisStateProvider, namespace
 
         interval = float(self.conf["topology.state.checkpoint.interval.ms"])
@@ -104,7 +107,13 @@ class TaskStateProvider:
                 commit = cp.state == COMMITTED and last[0].state == COMMITTING and last[0].txid == cp.txid
                 save_checkpoint(client, tid, cp, rep, token, asset if commit else None)
                 last[0] = cp
-            return CheckpointSpout(load, save, interval)
+
+            def held() -> bool:
+                try:
+                    return bool(client.exists(savepoint_hold_key(tid)))
+                except redis.RedisError:
+                    return False  # the checkpoint's own save reports Redis being down
+            return CheckpointSpout(load, save, interval, held)
         if isinstance(provider, MemoryStateProvider):
             box = [INITIAL]
             return CheckpointSpout(lambda: box[0], lambda cp: box.__setitem__(0, cp), interval)
