@@ -18,6 +18,9 @@ _NAMES = {
     "StateProviderError": "providers",
     "OpaqueValue": "values", "TransactionalValue": "values", "ValueMap": "values",
     "TransactionalState": "transactional",
+    "MemoryMapState": "map_state", "NonTransactionalMap": "map_state", "OpaqueMap": "map_state",
+    "SnapshottableMap": "map_state", "TransactionalMap": "map_state",
+    "RedisMapState": "redis_map_state",
 }
 __all__ = sorted(_NAMES)
 

@@ -18,7 +18,7 @@ PKG = ROOT / "topology_runtime"
 RANK = {
     "api": 0, "testing": 1, "transport": 2, "reliability": 3, "windowing": 3, "plan": 4, "coordination": 4,
     "worker": 5, "transactional": 5, "supervisor": 6, "connectors": 6, "control": 7, "drpc": 7, "launchers": 8,
-    "cli": 9,
+    "trident": 8, "cli": 9,
 }
 
 
