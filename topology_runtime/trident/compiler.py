@@ -64,6 +64,11 @@ class _Segment:
             for label in n.names:
                 if label not in labels and n.kind == OP:
                     labels.append(label)
+        if not labels:  # what the segment does, for `topology status` and the pages
+            for n in self.nodes:
+                label = _describe(n.processor)
+                if label and label not in labels and len(labels) < 3:
+                    labels.append(label)
         self.component = "-".join([f"b-{index}", *labels])
         self.exits: dict[int, str] = {}  # partition node id (or -1: DRPC results) -> stream
         # (source component, stream) -> grouping; and entry targets
@@ -78,6 +83,20 @@ class _Segment:
         if s is None:
             s = self.exits[key] = "default" if not self.exits else f"s{len(self.exits)}"
         return s
+
+
+def _describe(processor: Any) -> str | None:
+    import re
+
+    from . import processors as P
+
+    if isinstance(processor, (P.Each, P.EachFilter)):
+        op = processor.op
+        name = getattr(getattr(op, "fn", None), "__name__", None) or type(op).__name__
+        name = re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower().strip("_<>")
+        return re.sub(r"[^a-z0-9_]", "", name) or None
+    kinds = {P.Aggregate: "aggregate", P.PartitionPersist: "persist", P.StateQuery: "query", P.Join: "join"}
+    return kinds.get(type(processor))
 
 
 def compile_topology(graph: Graph) -> Topology:
