@@ -8,10 +8,10 @@ leaves a partition's batch all-or-nothing. Reads are one ``HMGET`` per call.
 * value: msgpack of ``[txid, value]`` (transactional), ``[curr_txid, curr, prev]`` (opaque) or
   the raw value (non-transactional).
 
-The prefix defaults to ``trident``; two topologies (or two states of one topology) sharing a
-Redis need distinct prefixes, given as ``key_prefix`` (the topology name in the conf is not
-used, so renaming a topology does not orphan its state). A ``RedisError`` propagates: the
-runtime fails the batch and replays it.
+Without ``key_prefix`` the prefix is ``trident:NAME``, NAME the state's name the topology gives
+it in the conf (``trident.state.name``: its spout's txid, then ``-2``, ``-3``... for a spout's
+further states), so two states or two topologies never share keys and renaming a topology does
+not orphan its state. A ``RedisError`` propagates: the runtime fails the batch and replays it.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from .values import OpaqueValue, TransactionalValue
 
 DEFAULT_PREFIX = "trident"
 URL_KEY = "redis.url"
+NAME_KEY = "trident.state.name"  # set by the Trident compiler for each persisted state
 
 
 def partition_key(key_prefix: str, partition_index: int) -> str:
@@ -110,8 +111,8 @@ class RedisMapState:
     def __init__(self, state_type: str, url: str | None = None, key_prefix: str | None = None) -> None:
         if state_type not in StateType.ALL:
             raise ValueError(f"state_type must be one of {', '.join(StateType.ALL)}, got {state_type!r}")
-        prefix = DEFAULT_PREFIX if key_prefix is None else key_prefix
-        if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
+        prefix = key_prefix
+        if prefix is not None and (not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix):
             # braces would end the hash tag early and scatter a partition over slots
             raise ValueError(f"key_prefix must be a non-empty string without braces, got {key_prefix!r}")
         self.state_type = state_type
@@ -130,14 +131,20 @@ class RedisMapState:
     def non_transactional(cls, url: str | None = None, key_prefix: str | None = None) -> RedisMapState:
         return cls(StateType.NON_TRANSACTIONAL, url, key_prefix)
 
-    def key(self, partition_index: int) -> str:
-        return partition_key(self.key_prefix, partition_index)
+    def key(self, partition_index: int, conf: dict[str, Any] | None = None) -> str:
+        prefix = self.key_prefix
+        if prefix is None:
+            name = (conf or {}).get(NAME_KEY)
+            prefix = f"{DEFAULT_PREFIX}:{name}" if name else DEFAULT_PREFIX
+            if "{" in prefix or "}" in prefix:
+                raise ValueError(f"RedisMapState: the state name {name!r} holds a brace: give key_prefix=")
+        return partition_key(prefix, partition_index)
 
     def make_state(self, conf: dict[str, Any] | None, partition_index: int, num_partitions: int) -> RedisMap:
         url = self.url or (conf or {}).get(URL_KEY)
         if not url:
             raise ValueError(f"RedisMapState needs a Redis URL: pass url= or set {URL_KEY!r} in the topology conf")
-        backing = RedisHashBackingMap(connect(url), self.key(partition_index), self.state_type)
+        backing = RedisHashBackingMap(connect(url), self.key(partition_index, conf), self.state_type)
         return RedisMap(_MAPS[self.state_type](backing), backing)
 
     def __repr__(self) -> str:

@@ -156,6 +156,7 @@ def compile_topology(graph: Graph) -> Topology:
         s.group = mine[0]
 
     _set_parallelism(graph, segments)
+    _name_states(segments)
     _check_pairings(segments)
     b = TopologyBuilder()
     for spout_node in spouts:
@@ -180,6 +181,20 @@ def _set_parallelism(graph: Graph, segments: list[_Segment]) -> None:
                                f"{sorted(wanted)}: put a repartition between the queries")
         if wanted:
             s.parallelism = wanted.pop()
+
+
+def _name_states(segments: list[_Segment]) -> None:
+    """Each persisted state's default name: its spout's txid and its rank among that spout's
+    states (``TXID`` for the first, ``TXID-2``...). Stable across builds and topology renames,
+    and distinct between topologies, whose txids must be (they name the coordinator's records)."""
+    per_txid: dict[str, int] = defaultdict(int)
+    for n in sorted((n for s in segments for n in s.nodes if n.persist and n.state is not None), key=lambda n: n.id):
+        s = next(seg for seg in segments if n.id in seg.local)
+        if s.group.kind != SPOUT:
+            continue
+        txid = s.group.names[0]
+        per_txid[txid] += 1
+        n.state.name = txid if per_txid[txid] == 1 else f"{txid}-{per_txid[txid]}"
 
 
 def _check_pairings(segments: list[_Segment]) -> None:
@@ -214,7 +229,8 @@ def _plan(s: _Segment, transactional: bool, graph: Graph, extra_exit: tuple[int,
         if extra_exit is not None and extra_exit[0] == n.id:
             outputs[extra_exit[1]] = list(n.fields)
     states = {n.state.id: n.state.factory for n in s.nodes if n.state is not None}
-    return SegmentPlan(s.component, seg_nodes, dict(s.entries), outputs, states, transactional)
+    names = {n.state.id: n.state.name for n in s.nodes if n.state is not None and n.state.name}
+    return SegmentPlan(s.component, seg_nodes, dict(s.entries), outputs, states, transactional, names)
 
 
 def _consumers(segments: list[_Segment]) -> dict[str, list[str]]:

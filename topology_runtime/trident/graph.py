@@ -19,6 +19,7 @@ class StateRef:
     factory: Any
     parallelism: int | None = None
     static: bool = False  # new_static_state: read-only, no persist
+    name: str | None = None  # set by the compiler: where a factory without a key prefix keeps it
 
 
 @dataclass(eq=False)

@@ -15,6 +15,7 @@ from ..coordination.batch import BatchBolt
 from .processors import BatchInfo, OperationContext
 
 BATCH_FIELD = "$batch"
+STATE_NAME_KEY = "trident.state.name"
 
 
 @dataclass
@@ -32,6 +33,7 @@ class SegmentPlan:
     outputs: dict[str, list[str]]
     states: dict[int, Any]  # state id -> factory
     transactional: bool
+    state_names: dict[int, str] = field(default_factory=dict)  # state id -> its default name
 
 
 class TaskRuntime:
@@ -51,7 +53,11 @@ class TaskRuntime:
     def state(self, state_id: int) -> Any:
         s = self._states.get(state_id)
         if s is None:
-            s = self._states[state_id] = self.plan.states[state_id].make_state(self.conf, self.index, self.n)
+            conf = self.conf
+            name = self.plan.state_names.get(state_id)
+            if name is not None:  # what a factory without a name of its own keys its state under
+                conf = {**conf, STATE_NAME_KEY: name}
+            s = self._states[state_id] = self.plan.states[state_id].make_state(conf, self.index, self.n)
         return s
 
 
