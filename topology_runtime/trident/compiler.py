@@ -1,7 +1,7 @@
 """Compiles a Trident graph onto the runtime (Storm's TridentTopology.build):
 
 * segments: maximal groups of operations joined without a repartition, one ``SegmentBolt``
-  each (Storm's one bolt per chain between repartitions);
+  each (Storm's one bolt per chain between repartitions), never one that reads its own output;
 * repartitions become groupings on the segment's exit streams (its first exit goes as the
   default stream, in row chunks);
 * each spout with the segments it reaches is a batch group: a transactional coordinator, the
@@ -99,17 +99,47 @@ def _describe(processor: Any) -> str | None:
     return kinds.get(type(processor))
 
 
-def compile_topology(graph: Graph) -> Topology:
-    nodes = graph.nodes
-    if not any(n.kind in (SPOUT, DRPC) for n in nodes):
-        raise TridentError("build: the topology has no stream (new_stream or new_drpc_stream)")
+def _fuse(nodes: list[Node]) -> _UnionFind:
+    """Segments: operations joined without a repartition, fused, except where that would make
+    the segments' graph cyclic (a merge or join of a stream with a repartition of itself would
+    read its own segment's output); such an operation reads the other side's rows through a
+    local-or-shuffle grouping instead (Storm's identity partition)."""
     uf = _UnionFind()
+
+    def vertex(n: Node) -> Any:
+        return uf.find(n.id) if n.kind == OP else ("node", n.id)
+
+    def would_cycle(a: Node, b: Node) -> bool:
+        merged = {vertex(a), vertex(b)}
+        succ: dict[Any, set] = defaultdict(set)
+        for m in nodes:
+            for c in m.children:
+                succ[vertex(m)].add(vertex(c))
+        todo = [v for m in merged for v in succ[m] if v not in merged]
+        seen = set(todo)
+        while todo:  # a path leaving the merged segment and coming back
+            for v in succ[todo.pop()]:
+                if v in merged:
+                    return True
+                if v not in seen:
+                    seen.add(v)
+                    todo.append(v)
+        return False
+
     for n in nodes:
         if n.kind == OP:
             uf.find(n.id)
             for p in n.parents:
-                if p.kind == OP:
+                if p.kind == OP and uf.find(n.id) != uf.find(p.id) and not would_cycle(n, p):
                     uf.union(n.id, p.id)
+    return uf
+
+
+def compile_topology(graph: Graph) -> Topology:
+    nodes = graph.nodes
+    if not any(n.kind in (SPOUT, DRPC) for n in nodes):
+        raise TridentError("build: the topology has no stream (new_stream or new_drpc_stream)")
+    uf = _fuse(nodes)
     members: dict[int, list[Node]] = defaultdict(list)
     for n in nodes:
         if n.kind == OP:
@@ -125,18 +155,19 @@ def compile_topology(graph: Graph) -> Topology:
         for n in s.nodes:
             for pi, p in enumerate(n.parents):
                 target = (s.local[n.id], pi)
-                if p.kind == OP:  # the same segment, by construction
+                if p.kind == OP and seg_of[p.id] is s:
                     continue
                 if p.kind == SPOUT:
                     key, grouping, unit = (emitters[p.id], "default"), (LOCAL_OR_SHUFFLE,), ("spout", p.id)
                 elif p.kind == DRPC:
                     key, grouping, unit = (prepares[p.id], ARGS_STREAM), (SHUFFLE,), ("drpc", p.id)
-                else:  # a repartition of an operation's rows
-                    q = p.parents[0]
+                else:  # a repartition's rows, or an unfused operation's (_fuse; its exit keyed by the reader)
+                    q, exit_key, grouping = (p, n.id, (LOCAL_OR_SHUFFLE,)) if p.kind == OP else \
+                        (p.parents[0], p.id, p.processor)
                     src = seg_of[q.id]
-                    key, grouping, unit = (src.component, src.exit_stream(p.id)), p.processor, ("seg", src.index)
+                    key, unit = (src.component, src.exit_stream(exit_key)), ("seg", src.index)
                     src_node = src.nodes[src.local[q.id]]
-                    src_node._exit_keys = getattr(src_node, "_exit_keys", set()) | {p.id}  # type: ignore[attr-defined]
+                    src_node._exit_keys = getattr(src_node, "_exit_keys", set()) | {exit_key}  # type: ignore[attr-defined]
                     if src.component not in s.upstream:
                         s.upstream.append(src.component)
                 if key in s.inputs and s.inputs[key] != grouping:

@@ -8,6 +8,7 @@ the streams of the segment's exits. ``finish_batch`` finishes the nodes in topol
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,15 +38,16 @@ class SegmentPlan:
 
 
 class TaskRuntime:
-    """A task's prepared operations and its partitions of the states it uses."""
+    """A task's prepared operations (its own copies: a prepared operation holds its task's
+    place and state partition) and its partitions of the states it uses."""
 
     def __init__(self, plan: SegmentPlan, conf: dict, context: Any) -> None:
         self.plan, self.conf = plan, conf
         self.index = int(getattr(context, "task_index", 0))
         self.n = len(context.component_tasks(context.component_id))
         self._states: dict[int, Any] = {}
-        for node in plan.nodes:
-            proc = node.processor
+        self.processors = copy.deepcopy([node.processor for node in plan.nodes])
+        for proc in self.processors:
             ctx = OperationContext(conf, self.index, self.n, list(getattr(proc, "input_fields", [])),
                                    context.component_id)
             proc.prepare(ctx, self)
@@ -68,13 +70,15 @@ class SegmentBolt(BatchBolt):
         self.outputs = {s: [BATCH_FIELD, *f] for s, f in plan.outputs.items()}
 
     def __deepcopy__(self, memo: dict) -> SegmentBolt:
-        # a batch's instance: the plan, prepared operations and states stay the task's
+        # A batch's instance: the plan, prepared operations and states stay the task's. The
+        # tasks' own copies (of one template in a worker) share this dict too, hence the task
+        # id as the key.
         return SegmentBolt(self.plan, self._shared)
 
     def prepare(self, conf: dict, context: Any, batch_id: Any) -> None:
-        task = self._shared.get("task")
+        task = self._shared.get(context.task_id)
         if task is None:
-            task = self._shared["task"] = TaskRuntime(self.plan, conf, context)
+            task = self._shared[context.task_id] = TaskRuntime(self.plan, conf, context)
         plan = self.plan
         info = BatchInfo(batch_id, getattr(batch_id, "txid", None) if plan.transactional else None)
         n = len(plan.nodes)
@@ -82,7 +86,7 @@ class SegmentBolt(BatchBolt):
         finishes: list[Any] = [None] * n
         for i in range(n - 1, -1, -1):  # children first: a node's emit calls their pushes
             node = plan.nodes[i]
-            pushes[i], finishes[i] = node.processor.bind(info, self._emitter(batch_id, node, pushes))
+            pushes[i], finishes[i] = task.processors[i].bind(info, self._emitter(batch_id, node, pushes))
         self._finishes = [f for f in finishes if f is not None]
         self._entries = {key: [(pushes[i], pi) for i, pi in targets] for key, targets in plan.entries.items()}
 
