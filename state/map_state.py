@@ -74,9 +74,14 @@ class StateFactory(Protocol):
     def make_state(self, conf: dict[str, Any] | None, partition_index: int, num_partitions: int) -> Any: ...
 
 
+_SCALARS = frozenset((str, int, float, bytes, bool, type(None)))
+
+
 def freeze(key: Any) -> Hashable:
     """A hashable form of a key (a list of group values, which may hold lists or dicts)."""
     if isinstance(key, list | tuple):
+        if all(type(k) in _SCALARS for k in key):  # the usual key: scalars, once per key per batch
+            return tuple(key)
         return tuple(freeze(k) for k in key)
     if isinstance(key, dict):
         return ("$dict", frozenset((freeze(k), freeze(v)) for k, v in key.items()))
@@ -109,6 +114,8 @@ class _BatchReads:
             return []
         stored = self.delegate.multi_get(keys)
         _checked(keys, stored, "backing map multi_get returned")
+        if not self._written:  # the commit's first call: nothing to look up
+            return [(v, False) for v in stored]
         out = []
         for k, v in zip(keys, stored):
             f = freeze(k)

@@ -272,6 +272,8 @@ class Aggregate(Processor):
                     emit(values)
             return push, finish
 
+        if len(runners) == 1 and len(group) == 1 and runners[0].kind == "combiner":
+            return self._bind_one_combiner(emit)
         groups: dict[Any, tuple[list, list, list]] = {}  # key -> (key values, states, outs)
 
         def push_grouped(pi: int, row: list) -> None:
@@ -293,6 +295,39 @@ class Aggregate(Processor):
         return push_grouped, finish_grouped
 
 
+    def _bind_one_combiner(self, emit: Emit) -> tuple[Push, Finish]:
+        """The common case (``group_by([f])`` then a combiner: every grouped count or sum, and the
+        partials of ``persistent_aggregate``): one dict of key -> accumulated value, no per-group
+        bookkeeping; the same rows as the general path."""
+        runner = self.runners[0]
+        agg, g0, missing = runner.agg, self.group[0], _MISSING  # type: ignore[index]
+        combine, zero = agg.combine, agg.zero
+        acc: dict[Any, Any] = {}
+        if runner.partial:
+            p0 = runner.positions[0]
+
+            def push(pi: int, row: list) -> None:
+                k = row[g0]
+                cur = acc.get(k, missing)
+                acc[k] = combine(zero() if cur is missing else cur, row[p0])
+        else:
+            init = agg.init
+            point = TridentTuple([self.input_fields[p] for p in runner.positions], runner.positions).point
+
+            def push(pi: int, row: list) -> None:
+                k = row[g0]
+                cur = acc.get(k, missing)
+                acc[k] = combine(zero() if cur is missing else cur, init(point(row)))
+
+        def finish() -> None:
+            for k, v in acc.items():
+                emit([k, v])
+        return push, finish
+
+
+_MISSING = object()
+
+
 def _cross(outs: list[list]) -> list[list]:
     rows: list[list] = [[]]
     for emitted in outs:
@@ -301,6 +336,18 @@ def _cross(outs: list[list]) -> list[list]:
 
 
 # --- state ------------------------------------------------------------------------------------
+def _views(fields: list[str], positions: list[int], rows: list[list]) -> list[TridentTuple]:
+    """One view per buffered row, sharing the template's names and positions (they never change)."""
+    template = TridentTuple(fields, positions)
+    out = []
+    new = TridentTuple.__new__
+    for r in rows:
+        v = new(TridentTuple)
+        v.fields, v._positions, v._index, v._row = template.fields, template._positions, template._index, r
+        out.append(v)
+    return out
+
+
 class StateQuery(Processor):
     """Buffers the batch partition's rows; at its end one ``batch_retrieve`` for all of them,
     then ``execute`` per row (appending)."""
@@ -319,7 +366,7 @@ class StateQuery(Processor):
         def finish() -> None:
             if not rows:
                 return
-            views = [TridentTuple(fields, self.positions).point(r) for r in rows]
+            views = _views(fields, self.positions, rows)
             results = self.op.batch_retrieve(self.state, views)
             if len(results) != len(rows):
                 raise ValueError(f"{type(self.op).__name__}.batch_retrieve returned {len(results)} result(s) "
@@ -349,7 +396,7 @@ class PartitionPersist(Processor):
         def finish() -> None:
             if not rows:
                 return
-            views = [TridentTuple(fields, self.positions).point(r) for r in rows]
+            views = _views(fields, self.positions, rows)
             state = self.state
             if hasattr(state, "begin_commit"):
                 state.begin_commit(batch.txid)
