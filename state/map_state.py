@@ -220,22 +220,57 @@ def opaque_next(stored: OpaqueValue | None, txid: int | None, new: Any) -> Opaqu
     return stored.update(txid, lambda _: new)
 
 
+LAST_TXID_KEY: list[Any] = ["$last-txid"]  # an opaque partition's record: the txid it last wrote
+
+
 class OpaqueMap:
     """``OpaqueValue(curr_txid, curr, prev)`` per key: a replay recomputes from ``prev``; a key
-    written earlier in the same commit builds on its ``curr``."""
+    written earlier in the same commit builds on its ``curr``.
+
+    Beyond Storm's: a replay of a txid whose earlier attempt wrote this partition and then failed
+    (a commit-phase crash) may leave out keys that attempt wrote; those keep the abandoned
+    attempt's value, and the tuples it counted come again in a later batch. So each partition
+    records the txid it last wrote (under ``LAST_TXID_KEY``, in the same backing write as the
+    values: one read and one write per call still), and at the commit of a txid it had written
+    before, the entries that txid wrote and this attempt did not are set back to their ``prev``.
+    That needs a backing map with ``items()``, and the commit of an empty batch partition too
+    (``commits_empty_batches``): one read of the record."""
+
+    commits_empty_batches = True
 
     def __init__(self, backing: BackingMap) -> None:
         self.backing = backing
         self._reads = _BatchReads(backing)
         self._txid: int | None = None
+        self._items = getattr(backing, "items", None)
+        self._scan = callable(self._items)
+        self._replay: bool | None = None  # does this commit rewrite a txid this partition wrote before?
+        self._touched: set[Hashable] = set()
 
     def begin_commit(self, txid: int | None) -> None:
         self._txid = txid
         self._reads.reset()
+        self._replay, self._touched = None, set()
 
     def commit(self, txid: int | None) -> None:
+        if self._scan and txid is not None:
+            if self._replay is None:  # nothing was written in this commit
+                rec = self.backing.multi_get([LAST_TXID_KEY])[0]
+                self._replay = rec is not None and rec.curr_txid == txid
+            if self._replay:
+                self._undo_abandoned(txid)
         self._txid = None
         self._reads.reset()
+
+    def _undo_abandoned(self, txid: int) -> None:
+        keys, values = [], []
+        for k, v in self._items():  # type: ignore[misc]  # only after a failed commit: rare
+            if (isinstance(v, OpaqueValue) and v.curr_txid == txid and freeze(k) not in self._touched
+                    and list(k) != LAST_TXID_KEY and v.curr != v.prev):
+                keys.append(list(k))
+                values.append(OpaqueValue(txid, v.prev, v.prev))
+        if keys:
+            self.backing.multi_put(keys, values)
 
     def _base(self, stored: OpaqueValue | None, cached: bool) -> Any:
         if stored is None:
@@ -247,13 +282,26 @@ class OpaqueMap:
 
     def multi_update(self, keys: list[list], updaters: Sequence[Updater]) -> list:
         _checked(keys, updaters, "multi_update")
+        if not keys:
+            return []
+        track = self._scan and self._txid is not None
+        first = track and self._replay is None
+        got = self._reads.multi_get(list(keys) + [LAST_TXID_KEY] if first else keys)
+        if first:
+            rec = got.pop()[0]
+            self._replay = rec is not None and rec.curr_txid == self._txid
         out: list[Any] = []
         written: list[OpaqueValue] = []
-        for u, (stored, cached) in zip(updaters, self._reads.multi_get(keys)):
+        for u, (stored, cached) in zip(updaters, got):
             new = u(self._base(stored, cached))
             out.append(new)
             written.append(opaque_next(stored, self._txid, new))
-        self._reads.multi_put(list(keys), written)
+        if track:
+            self._touched.update(freeze(k) for k in keys)
+        if first:  # the record goes with the values: a crash leaves both or neither
+            self._reads.multi_put(list(keys) + [LAST_TXID_KEY], written + [OpaqueValue(cast(int, self._txid), None)])
+        else:
+            self._reads.multi_put(list(keys), written)
         return out
 
     def multi_put(self, keys: list[list], values: list) -> None:
@@ -279,6 +327,11 @@ class SnapshottableMap:
 
     def commit(self, txid: int | None) -> None:
         self.delegate.commit(txid)
+
+    @property
+    def commits_empty_batches(self) -> bool:
+        """Whether the state wants ``begin_commit``/``commit`` for a batch partition without rows."""
+        return bool(getattr(self.delegate, "commits_empty_batches", False))
 
     def multi_get(self, keys: list[list]) -> list:
         return self.delegate.multi_get(keys)
@@ -355,7 +408,7 @@ class MemoryMap(SnapshottableMap):
 
     def get_tuples(self) -> list[list]:
         """``[key values..., current value]`` per entry of this partition."""
-        return [[*k, v.curr] for k, v in self.backing.items()]
+        return [[*k, v.curr] for k, v in self.backing.items() if v.curr is not None and list(k) != LAST_TXID_KEY]
 
 
 class MemoryMapState:

@@ -22,7 +22,15 @@ from typing import Any, cast
 import redis
 
 from .connection import connect, redacted
-from .map_state import MapState, NonTransactionalMap, OpaqueMap, SnapshottableMap, StateType, TransactionalMap
+from .map_state import (
+    LAST_TXID_KEY,
+    MapState,
+    NonTransactionalMap,
+    OpaqueMap,
+    SnapshottableMap,
+    StateType,
+    TransactionalMap,
+)
 from .serializer import dumps, loads
 from .values import OpaqueValue, TransactionalValue
 
@@ -93,7 +101,8 @@ class RedisMap(SnapshottableMap):
 
     def get_tuples(self) -> list[list]:
         """``[key values..., current value]`` per entry of this partition."""
-        return [[*k, current(self.backing.state_type, v)] for k, v in self.backing.items()]
+        rows = ([*k, current(self.backing.state_type, v)] for k, v in self.backing.items() if list(k) != LAST_TXID_KEY)
+        return [r for r in rows if r[-1] is not None]  # None: a key only an abandoned attempt wrote
 
     def close(self) -> None:
         self.backing.client.close()

@@ -11,6 +11,7 @@ from state.connection import connect
 from state.map_state import (
     BackingMap,
     MemoryBackingMap,
+    MemoryMap,
     MemoryMapState,
     NonTransactionalMap,
     OpaqueMap,
@@ -213,7 +214,9 @@ def test_opaque_replay_with_different_content_and_behind_batch():
     m.begin_commit(2)  # the opaque replay of 2 holds only a
     m.multi_update([["a"]], [count(5)])
     m.commit(2)
-    assert m.multi_get([["a"], ["b"]]) == [6, 11]  # b keeps the first attempt (Storm's rule)
+    # b, which only the abandoned attempt wrote, goes back to its value before txid 2 (Storm's
+    # map kept 11: the attempt's count, whose tuples come again in a later batch)
+    assert m.multi_get([["a"], ["b"]]) == [6, 1]
     m.begin_commit(1)
     with pytest.raises(ValueError, match="behind"):
         m.multi_get([["a"]])
@@ -331,7 +334,10 @@ def test_redis_round_trip_and_replay(redis_url, monkeypatch, kind):
     state.begin_commit(2)  # batch 2 replayed, with a different content for "the"
     replayed = state.multi_update([["the"], ["moon"]], [count(5), count(1)])
     state.commit(2)
-    assert sent == (["HMGET"] if kind == StateType.TRANSACTIONAL else ["HMGET", "HSET"])  # nothing changed: no write
+    # transactional: nothing changed, no write; opaque: txid 2 was written before, so its other
+    # entries are looked up (once per replay after a failed commit)
+    assert sent == {StateType.TRANSACTIONAL: ["HMGET"], StateType.OPAQUE: ["HMGET", "HSET", "HSCAN"],
+                    StateType.NON_TRANSACTIONAL: ["HMGET", "HSET"]}[kind]
     assert replayed == {StateType.TRANSACTIONAL: [4, 1],  # skipped: the batch is in the state
                         StateType.OPAQUE: [7, 1],  # recomputed from prev (2)
                         StateType.NON_TRANSACTIONAL: [9, 2]}[kind]  # applied twice
@@ -362,7 +368,8 @@ def test_redis_stored_format(redis_url, redis_client):
         raw = redis_client.hgetall(partition_key(f"fmt-{kind}", 3))
         decoded = {tuple(msgpack.unpackb(f, raw=False)): msgpack.unpackb(v, raw=False) for f, v in raw.items()}
         assert decoded == {StateType.TRANSACTIONAL: {("k", 1): [6, 3], ("s",): [6, "text"]},
-                           StateType.OPAQUE: {("k", 1): [6, 3, 2], ("s",): [6, "text", None]},
+                           StateType.OPAQUE: {("k", 1): [6, 3, 2], ("s",): [6, "text", None],
+                                              ("$last-txid",): [6, None, None]},
                            StateType.NON_TRANSACTIONAL: {("k", 1): 3, ("s",): "text"}}[kind]
         got = state.multi_get([["k", 1], ["s"]])
         assert got == [3, "text"] and type(got[0]) is int and type(got[1]) is str
@@ -426,3 +433,26 @@ def test_redis_cluster_round_trip(cluster_url, monkeypatch):
     owners = {client.keyslot(partition_key("counts", i)) for i in range(4)}
     assert len(owners) == 4 and all(client.exists(partition_key("counts", i)) for i in range(4))
     client.close()
+
+
+def test_opaque_replay_undoes_what_the_abandoned_attempt_alone_wrote():
+    """A commit-phase failure after this partition wrote txid 2: the replay touches other keys,
+    or none at all; entries only the abandoned attempt wrote go back to their value before 2."""
+    for replay_keys in ([["a"]], []):
+        backing = MemoryBackingMap()
+        m = MemoryMap(backing)
+        m.begin_commit(1)
+        m.multi_update([["a"], ["b"]], [count(1), count(1)])
+        m.commit(1)
+        m.begin_commit(2)  # the first attempt: written, then the commit fails
+        m.multi_update([["a"], ["b"], ["new"]], [count(10), count(10), count(3)])
+        m.begin_commit(2)  # the replay
+        if replay_keys:
+            m.multi_update(replay_keys, [count(5)])
+        m.commit(2)
+        a = 6 if replay_keys else 1
+        assert m.multi_get([["a"], ["b"], ["new"]]) == [a, 1, None]
+        assert sorted(m.get_tuples()) == [["a", a], ["b", 1]]  # neither "new" nor the txid record
+        m.begin_commit(3)  # and the next batch builds on those values
+        assert m.multi_update([["b"], ["new"]], [count(1), count(1)]) == [2, 1]
+        m.commit(3)

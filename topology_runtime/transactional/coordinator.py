@@ -162,7 +162,17 @@ class CoordinatorSpout(Spout):
             a.txid, lambda entries, committed: opaque_commit(a, entries, committed, partitions))
 
     def _ready(self) -> bool:
-        return not self.done and self.spout.is_ready() and not self._exhausted()
+        """The machine's ``is_ready``, asked inside its sync, which must not raise: a commit it
+        already decided on would never be emitted and the run would stall. A spout that cannot
+        tell now (Redis lost) is not ready: no new batch starts, replays and commits still go."""
+        if self.done:
+            return False
+        try:
+            return bool(self.spout.is_ready()) and not self._exhausted()
+        except Exception as e:  # noqa: BLE001 - asked again on the next sync
+            log.warning("transactional %s: no new batch for now, the spout could not tell whether it has data "
+                        "(%s: %s)", self.tx_id, type(e).__name__, e)
+            return False
 
     def _emit(self, out: list) -> None:
         now = time.monotonic() if out else 0.0

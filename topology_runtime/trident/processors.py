@@ -395,6 +395,10 @@ class PartitionPersist(Processor):
 
         def finish() -> None:
             if not rows:
+                if batch.txid is not None and getattr(self.state, "commits_empty_batches", False):
+                    # a replay may bring this partition nothing where its first attempt wrote
+                    self.state.begin_commit(batch.txid)
+                    self.state.commit(batch.txid)
                 return
             views = _views(fields, self.positions, rows)
             state = self.state
