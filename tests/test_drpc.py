@@ -86,6 +86,7 @@ def test_a_failed_tuple_fails_the_request_at_once(drpc):
     assert time.monotonic() - t0 < TIMEOUT_SECS
 
 
+@pytest.mark.slow
 def test_timeouts(drpc):
     """A request held in the topology: the client gives up at its own timeout (DRPCTimeout); its
     tree then times out in the topology, whose error reply expires unread. A function nobody

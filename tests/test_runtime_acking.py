@@ -150,6 +150,7 @@ def test_tuple_without_subscribers_is_acked_at_once(start, r):
     assert wait_for(lambda: outcomes(r) == ["ack:9"], 10), outcomes(r)
 
 
+@pytest.mark.slow
 def test_timeout_fails_unacked_tuples_between_t_and_2t(start, r):
     """testTimeout, scaled to T = 1 s: the unacked tuples fail between T and 2T after their emit
     (spout pending: 2 buckets rotated every T); the acked ones never fail."""
@@ -166,6 +167,7 @@ def test_timeout_fails_unacked_tuples_between_t_and_2t(start, r):
     assert sorted(outcomes(r)) == ["ack:1", "ack:3", "fail:2", "fail:4"]
 
 
+@pytest.mark.slow
 def test_reset_timeout_keeps_a_tuple_alive(start, r):
     """testResetTimeout, T = 1 s: tuple 1's timeout is reset every 0.3 s for 3 s (> 2T), then it is
     acked and never failed; tuple 2, held without reset, fails after T..2T."""
@@ -183,6 +185,7 @@ def test_reset_timeout_keeps_a_tuple_alive(start, r):
     assert 1 not in failed and sorted(outcomes(r)) == ["ack:1", "fail:2"]
 
 
+@pytest.mark.slow
 def test_ack_after_the_timeout_is_ignored(start, r):
     """A tuple acked after it timed out: the spout saw fail and never sees an ack (as Storm)."""
     b = TopologyBuilder()
@@ -196,6 +199,7 @@ def test_ack_after_the_timeout_is_ignored(start, r):
     assert outcomes(r) == ["fail:1"]
 
 
+@pytest.mark.slow
 def test_disabled_timeouts_never_fail(start, r):
     """TestingTest.testDisableTupleTimeout: with timeouts off an unacked tuple never fails."""
     b = TopologyBuilder()
@@ -208,6 +212,7 @@ def test_disabled_timeouts_never_fail(start, r):
     assert outcomes(r) == []
 
 
+@pytest.mark.slow
 def test_zero_ackers_ack_at_emit(start, r):
     """topology.acker.executors = 0: the spout's ack runs inside emit, though no bolt acks."""
     b = TopologyBuilder()
@@ -223,6 +228,7 @@ def test_zero_ackers_ack_at_emit(start, r):
     assert outcomes(r) == ["ack:5"]
 
 
+@pytest.mark.slow
 def test_emit_without_msg_id_is_untracked(start, r):
     """No msg id: no ack or fail callback, whether a bolt fails it, acks it or lets it time out."""
     b = TopologyBuilder()

@@ -156,6 +156,7 @@ def test_bad_emits_raise_in_the_caller_naming_component_stream_field(redis_url, 
     assert status.components["s"].acked == 1 and status.components["bad"].emitted == 0
 
 
+@pytest.mark.slow
 def test_tick_tuples_topology_wide_and_per_component(redis_url, r, cluster_factory):
     b = TopologyBuilder()
     b.set_spout("s", FeedSpout())

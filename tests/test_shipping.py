@@ -106,6 +106,7 @@ def test_topology_submit_refuses_a_users_state_package_before_spark_submit(tmp_p
     assert "spark-submit" not in out.stderr
 
 
+@pytest.mark.slow
 def test_zips_import_with_a_plain_interpreter_namespace_packages_included(tmp_path):
     code = build_zip("code", _code_files(user_code(["tests.spark_topologies"])), tmp_path)
     runtime = runtime_zip(tmp_path)

@@ -64,6 +64,7 @@ def test_component_ids_encode_into_one_readable_hash_tag():
     assert parse_part("ctl") is None and parse_part("12") is None
 
 
+@pytest.mark.slow
 def test_a_stateless_components_parallelism_change_resumes_the_counts(redis_url):
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     name = "sc-stateless"
@@ -81,6 +82,7 @@ def test_a_stateless_components_parallelism_change_resumes_the_counts(redis_url)
     assert not client.keys(f"topology:{{{name}:[0-9]*}}:*")  # nothing under task numbers
 
 
+@pytest.mark.slow
 def test_a_keyed_stateful_component_resumes_its_counts_on_another_parallelism(redis_url):
     """Its input fields-grouped on the word, its state keys the words: state lives by key group,
     so a resubmit with 3 tasks (then 1) finds every count where fields grouping sends the word."""
@@ -143,6 +145,7 @@ def test_a_stateful_components_parallelism_change_is_refused_before_any_worker(r
     assert _run_record(client, name) == before and client.zscore(REGISTRY, name) is not None
 
 
+@pytest.mark.slow
 def test_a_dropped_or_renamed_stateful_component(redis_url):
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     name = "sc-renamed"

@@ -34,6 +34,7 @@ def test_stateful_wordcount_commits_exact_counts(redis_url):
     assert cp["state"] == "COMMITTED" and int(cp["txid"]) >= 0
 
 
+@pytest.mark.slow
 def test_rerun_resumes_state_on_the_same_or_another_parallelism(redis_url):
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     truth = true_counts(load_sentences(client, 500))

@@ -69,6 +69,7 @@ def _started(client, name):
     return client.hget(ctl_key(name, "run"), "started"), client.hget(ctl_key(name, "run"), "token")
 
 
+@pytest.mark.slow
 def test_state_settings_follow_the_state(redis_url):
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     name = "eo-settings"

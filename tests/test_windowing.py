@@ -40,6 +40,7 @@ def topology(spout, bolt, late: bool = False):
     return b.create_topology()
 
 
+@pytest.mark.slow
 def test_sliding_count_window_acks_what_left_it(redis_url, r, cluster_factory):
     spout = ScriptSpout([(i, 0) for i in range(10)] + [("pause", 3.0)])
     run = cluster_factory(2).submit("wcount", topology(spout, WindowRecorder().with_window(Count(4), Count(2))),
@@ -61,6 +62,7 @@ def test_sliding_count_window_acks_what_left_it(redis_url, r, cluster_factory):
     assert status.components["src"].acked == 10 and status.components["win"].dropped == 0
 
 
+@pytest.mark.slow
 @pytest.mark.spark_subset
 def test_sliding_duration_window(redis_url, r, cluster_factory):
     n = 80
