@@ -331,3 +331,44 @@ def test_a_failed_delivery_fails_the_tuple(tmp_path):
                 run.kill()
     finally:
         broker.stop()
+
+
+def test_trident_over_kafka_counts_exactly_through_a_sigkilled_worker(kafka, redis_url):
+    """A Trident word count over the Kafka opaque spout (a Kafka partition per spout partition,
+    offset ranges committed with the txid) into the opaque Redis map: exact through a SIGKILL."""
+    import random
+
+    from topology_runtime.connectors import KafkaOpaqueTransactionalSpout
+    from topology_runtime.trident import Count, RedisMapState, TridentTopology
+
+    topic = "trident-words"
+    kafka.create_topic(topic, 3)
+    rng = random.Random(11)
+    words = [f"w{rng.randrange(40)}" for _ in range(3000)]
+    kafka.produce(topic, [(str(i), w) for i, w in enumerate(words)])
+    truth: dict[str, int] = {}
+    for w in words:
+        truth[w] = truth.get(w, 0) + 1
+    t = TridentTopology()
+    factory = RedisMapState.opaque(key_prefix="kafka-trident")
+    (t.new_stream("kafka-trident", KafkaOpaqueTransactionalSpout([topic], kafka.servers, fields=["value"],
+                                                               max_records=100, stop_when_drained=True))
+     .parallelism_hint(2)
+     .group_by(["value"])
+     .persistent_aggregate(factory, Count(), ["count"])
+     .parallelism_hint(2))
+    conf = {"redis.url": redis_url, "topology.max.spout.pending": 3, "topology.message.timeout.secs": 5}
+    parts = [factory.make_state({"redis.url": redis_url}, i, 2) for i in range(2)]
+
+    def counts() -> dict[str, int]:
+        return {w: n for p in parts for w, n in p.get_tuples()}
+
+    with LocalCluster(workers=2) as cluster:
+        run = cluster.submit("kafka-trident", t.build(), conf)
+        assert wait_for(lambda: counts(), 60), run.status()
+        time.sleep(0.5)
+        os.kill(sorted(run.pids.values())[rng.randrange(2)], signal.SIGKILL)
+        status = run.wait(180)
+    assert status.state == "completed", status.error
+    assert status.restarts >= 1
+    assert counts() == truth
