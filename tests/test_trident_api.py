@@ -14,6 +14,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from trident_components import CountAsAggregator, CountReducer, Split, StringLength, TrueFilter
 
 from topology_runtime.api.builder import TopologyError
 from topology_runtime.connectors import RedisStreamsOpaqueTransactionalSpout, RedisStreamsTransactionalSpout
@@ -32,7 +33,6 @@ from topology_runtime.trident import (
     MemoryMapState,
     Negate,
     RedisMapState,
-    ReducerAggregator,
     StateUpdater,
     Sum,
     TridentError,
@@ -46,54 +46,6 @@ from topology_runtime.trident.updaters import MapCombinerUpdater
 
 
 # --- operations of Storm's tests and docs ------------------------------------------------------
-class Split(Function):
-    """Storm's testing Split: splits on a space, skipping empty tokens."""
-
-    def execute(self, tup, collector):
-        for w in tup[0].split(" "):
-            if w:
-                collector.emit([w])
-
-
-class StringLength(Function):
-    def execute(self, tup, collector):
-        collector.emit([len(tup[0])])
-
-
-class TrueFilter(Filter):
-    def is_keep(self, tup):
-        return True
-
-
-class CountAsAggregator(Aggregator):
-    """Storm's testing CountAsAggregator: ``[count]``, ``[0]`` for an empty partition."""
-
-    def init(self, batch_id, collector):
-        return [0]
-
-    def aggregate(self, state, tup, collector):
-        state[0] += 1
-
-    def complete(self, state, collector):
-        collector.emit([state[0]])
-
-
-class TuplifyArgs(Function):
-    """Storm's testing TuplifyArgs: the JSON list of lists in the argument, one tuple each."""
-
-    def execute(self, tup, collector):
-        for row in json.loads(tup[0]):
-            collector.emit(row)
-
-
-class CountReducer(ReducerAggregator):
-    def init(self):
-        return 0
-
-    def reduce(self, acc, tup):
-        return acc + 1
-
-
 # --- the in-process harness --------------------------------------------------------------------
 class _Task:
     """What a processor's ``prepare`` gets as its task: this partition of the states it uses."""

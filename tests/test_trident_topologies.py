@@ -17,15 +17,14 @@ import uuid
 from collections import Counter
 
 import pytest
+from trident_components import CountAsAggregator, CountReducer, Split, StringLength, TrueFilter, TuplifyArgs
 
 from topology_runtime import LocalCluster
 from topology_runtime.connectors import RedisStreamsTransactionalSpout
 from topology_runtime.drpc import DRPCClient
 from topology_runtime.testing import wait_for
 from topology_runtime.trident import (
-    Aggregator,
     Count,
-    Filter,
     FilterNull,
     FirstN,
     FixedBatchSpout,
@@ -42,57 +41,9 @@ from topology_runtime.trident import (
 pytestmark = pytest.mark.slow
 
 
-class Split(Function):
-    """Storm's testing Split: splits on a space, skipping empty tokens."""
-
-    def execute(self, tup, collector):
-        for w in tup[0].split(" "):
-            if w:
-                collector.emit([w])
-
-
-class StringLength(Function):
-    def execute(self, tup, collector):
-        collector.emit([len(tup[0])])
-
-
-class TrueFilter(Filter):
-    def is_keep(self, tup):
-        return True
-
-
-class CountAsAggregator(Aggregator):
-    """Storm's testing CountAsAggregator: ``[count]``, ``[0]`` when it saw nothing."""
-
-    def init(self, batch_id, collector):
-        return [0]
-
-    def aggregate(self, state, tup, collector):
-        state[0] += 1
-
-    def complete(self, state, collector):
-        collector.emit([state[0]])
-
-
-class TuplifyArgs(Function):
-    """Storm's testing TuplifyArgs: one tuple per inner list of the JSON argument."""
-
-    def execute(self, tup, collector):
-        for row in json.loads(tup[0]):
-            collector.emit(row)
-
-
 class Upper(Function):
     def execute(self, tup, collector):
         collector.emit([tup[0].upper()])
-
-
-class CountReducer(ReducerAggregator):
-    def init(self):
-        return 0
-
-    def reduce(self, acc, tup):
-        return acc + 1
 
 
 class LongestReducer(ReducerAggregator):
