@@ -18,9 +18,7 @@ from .operations import (
     CombinerAggregator,
     Filter,
     Function,
-    QueryFunction,
     ReducerAggregator,
-    StateUpdater,
     TridentCollector,
 )
 from .tuple import TridentTuple
@@ -348,11 +346,11 @@ def _views(fields: list[str], positions: list[int], rows: list[list]) -> list[Tr
     return out
 
 
-class StateQuery(Processor):
-    """Buffers the batch partition's rows; at its end one ``batch_retrieve`` for all of them,
-    then ``execute`` per row (appending)."""
+class _StateOperation(Processor):
+    """An operation on a state partition that buffers the batch partition's rows and acts on
+    them all at its end (``_finish``)."""
 
-    def __init__(self, input_fields: list[str], positions: list[int], op: QueryFunction, state_id: int) -> None:
+    def __init__(self, input_fields: list[str], positions: list[int], op: Any, state_id: int) -> None:
         self.input_fields, self.positions, self.op, self.state_id = input_fields, positions, op, state_id
 
     def prepare(self, ctx, task):
@@ -362,52 +360,49 @@ class StateQuery(Processor):
     def bind(self, batch, emit):
         rows: list[list] = []
         fields = [self.input_fields[p] for p in self.positions]
+        return (lambda pi, row: rows.append(row)), (lambda: self._finish(batch, emit, rows, fields))
 
-        def finish() -> None:
-            if not rows:
-                return
-            views = _views(fields, self.positions, rows)
-            results = self.op.batch_retrieve(self.state, views)
-            if len(results) != len(rows):
-                raise ValueError(f"{type(self.op).__name__}.batch_retrieve returned {len(results)} result(s) "
-                                 f"for {len(rows)} tuple(s)")
-            collector = _AppendCollector(emit)
-            for row, view, res in zip(rows, views, results):
-                collector.row = row
-                self.op.execute(view, res, collector)
-        return (lambda pi, row: rows.append(row)), finish
+    def _finish(self, batch: BatchInfo, emit: Emit, rows: list[list], fields: list[str]) -> None:
+        raise NotImplementedError
 
 
-class PartitionPersist(Processor):
-    """Buffers the batch partition's rows; at its end (a committer's: the commit phase, in
-    txid order) ``begin_commit``, the updater, ``commit``; nothing when no row came."""
+class StateQuery(_StateOperation):
+    """At the batch partition's end one ``batch_retrieve`` for all its rows, then ``execute``
+    per row (appending)."""
 
-    def __init__(self, input_fields: list[str], positions: list[int], updater: StateUpdater, state_id: int) -> None:
-        self.input_fields, self.positions, self.op, self.state_id = input_fields, positions, updater, state_id
+    def _finish(self, batch, emit, rows, fields):
+        if not rows:
+            return
+        views = _views(fields, self.positions, rows)
+        results = self.op.batch_retrieve(self.state, views)
+        if len(results) != len(rows):
+            raise ValueError(f"{type(self.op).__name__}.batch_retrieve returned {len(results)} result(s) "
+                             f"for {len(rows)} tuple(s)")
+        collector = _AppendCollector(emit)
+        for row, view, res in zip(rows, views, results):
+            collector.row = row
+            self.op.execute(view, res, collector)
 
-    def prepare(self, ctx, task):
-        _prepare_op(self.op, ctx, [self.input_fields[p] for p in self.positions])
-        self.state = task.state(self.state_id)
 
-    def bind(self, batch, emit):
-        rows: list[list] = []
-        fields = [self.input_fields[p] for p in self.positions]
+class PartitionPersist(_StateOperation):
+    """At the batch partition's end (a committer's: the commit phase, in txid order)
+    ``begin_commit``, the updater, ``commit``; nothing when no row came (unless the state
+    commits empty batches)."""
 
-        def finish() -> None:
-            if not rows:
-                if batch.txid is not None and getattr(self.state, "commits_empty_batches", False):
-                    # a replay may bring this partition nothing where its first attempt wrote
-                    self.state.begin_commit(batch.txid)
-                    self.state.commit(batch.txid)
-                return
-            views = _views(fields, self.positions, rows)
-            state = self.state
-            if hasattr(state, "begin_commit"):
+    def _finish(self, batch, emit, rows, fields):
+        state = self.state
+        if not rows:
+            if batch.txid is not None and getattr(state, "commits_empty_batches", False):
+                # a replay may bring this partition nothing where its first attempt wrote
                 state.begin_commit(batch.txid)
-            self.op.update_state(state, views, _Collector(emit))
-            if hasattr(state, "commit"):
                 state.commit(batch.txid)
-        return (lambda pi, row: rows.append(row)), finish
+            return
+        views = _views(fields, self.positions, rows)
+        if hasattr(state, "begin_commit"):
+            state.begin_commit(batch.txid)
+        self.op.update_state(state, views, _Collector(emit))
+        if hasattr(state, "commit"):
+            state.commit(batch.txid)
 
 
 class Join(Processor):
