@@ -11,7 +11,9 @@ import pytest
 from runtime_components import CountInState, Ticker
 
 from topology_runtime import LocalCluster, TopologyBuilder
+from topology_runtime.api.exit_codes import ExitCode
 from topology_runtime.api.status import RunStatus
+from topology_runtime.cli.main import main as cli
 from topology_runtime.control.control_plane import ControlPlane
 from topology_runtime.testing import wait_for
 
@@ -109,13 +111,77 @@ def test_a_rebalance_the_driver_refuses_fails_the_task_naming_why(airflow_db, re
     t = threading.Thread(target=driver)
     t.start()
     op = RebalanceTopologyOperator(task_id="rebalance", topology_id="af-spark", workers=4, redis_url=redis_url)
-    with pytest.raises(AirflowFailException, match=r"'af-spark': the cluster offers 3 task slot\(s\)"):
+    with pytest.raises(AirflowFailException, match=r"'af-spark': the cluster offers 3 task slot\(s\)") as refused:
         op.execute({})
     t.join()
+    # What stands (the run's shape, from its record) and the command that goes on from there.
+    assert "the run goes on with its components' numbers of tasks as they were (af-spark: running on 2 worker(s);" \
+        in str(refused.value), refused.value
+    assert "`topology rebalance af-spark --workers N [--parallelism COMPONENT=N]`" in str(refused.value)
     bad = RebalanceTopologyOperator(task_id="rebalance", topology_id="af-spark", workers="four", redis_url=redis_url)
     with pytest.raises(AirflowFailException, match="workers must be an integer, got 'four'"):
         bad.execute({})
     cp.release("af-spark", token)
+
+
+def test_a_request_the_run_does_not_confirm_names_its_state_and_the_command_that_undoes_it(
+        airflow_db, redis_url, capsys):
+    """A live run record whose driver never answers (one busy past the wait): each request fails
+    saying that it stands, what the run is now and the command that undoes it or goes on, in the
+    task's error (its log) and on the command line (exit 7); once the run is gone, what it is."""
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+    from topology_airflow import (
+        PauseTopologyOperator,
+        RebalanceTopologyOperator,
+        SavepointTopologyOperator,
+        StopTopologyOperator,
+    )
+
+    name = "af-slow"
+    cp = ControlPlane(redis_url)
+    token = cp.register(name, "spark", 2)
+    cp.publish(name, token, RunStatus(name, "running", workers=2, parallelism={"ticks": 2, "count": 2}), {})
+    now = "af-slow: running on 2 worker(s) (ticks=2, count=2)"
+
+    def fails(op) -> str:
+        cp.renew(name, token)  # no driver renews this lease: keep it live through the waits
+        with pytest.raises(AirflowException) as e:
+            op.execute({})
+        assert not isinstance(e.value, AirflowFailException), e.value  # a retry may see it done
+        return str(e.value)
+
+    err = fails(PauseTopologyOperator(task_id="pause", topology_id=name, wait=1, redis_url=redis_url))
+    assert f"pause of topology 'af-slow': 'af-slow' has not confirmed the pause after 1s and is now {now}; " \
+           "the request stands (`topology status af-slow` shows when it is done; to undo: " \
+           "`topology resume af-slow`)" == err, err
+    err = fails(RebalanceTopologyOperator(task_id="rb", topology_id=name, workers=3, parallelism="count=4", wait=1,
+                                          redis_url=redis_url))
+    assert f"has not confirmed the rebalance to 3 worker(s), count=4 after 1s and is now {now}" in err, err
+    assert "to undo: `topology rebalance af-slow --workers 2 --parallelism count=2`" in err, err
+    err = fails(SavepointTopologyOperator(task_id="sp", topology_id=name, name="sp1", wait=1, redis_url=redis_url))
+    assert f"'af-slow' has not taken savepoint 'sp1' after 1s and is {now}; the request stands " \
+           "(`topology savepoints af-slow` lists it once taken; to drop it then: " \
+           "`topology savepoint-delete af-slow sp1`)" in err, err
+    # The command line: the same words, exit 7 (STILL_LIVE).
+    cp.renew(name, token)
+    assert cli(["pause", name, "--wait", "1", "--redis", redis_url]) == ExitCode.STILL_LIVE
+    assert f"is now {now}; the request stands" in (err := capsys.readouterr().err), err
+    assert "to undo: `topology resume af-slow`" in err, err
+    cp.renew(name, token)
+    assert cli(["savepoint", name, "--name", "sp2", "--wait", "1", "--redis", redis_url]) == ExitCode.STILL_LIVE
+    assert "the request stands (`topology savepoints af-slow` lists it once taken" in capsys.readouterr().err
+    # A drain that does not finish: it cannot be taken back; a kill stops the run now.
+    err = fails(StopTopologyOperator(task_id="drain", topology_id=name, wait=1, redis_url=redis_url))
+    assert err == "topology 'af-slow' still live after 1s (running); the drain request stands and cannot be taken " \
+                  "back: it stops once its in-flight trees finish (`topology status af-slow`); to stop it now: " \
+                  "`topology kill af-slow`", err
+
+    cp.release(name, token)  # the driver vanished: the record says lost, and the refusal says so
+    with pytest.raises(AirflowFailException, match=r"no live run named 'af-slow' to pause: it is lost "
+                                                   r"\(`topology status af-slow`\)"):
+        PauseTopologyOperator(task_id="pause", topology_id=name, redis_url=redis_url).execute({})
+    with pytest.raises(AirflowFailException, match="no live run named 'never-ran' to rebalance: Redis has no record"):
+        RebalanceTopologyOperator(task_id="rb", topology_id="never-ran", workers=2, redis_url=redis_url).execute({})
 
 
 def test_the_operators_parallelism_takes_a_dict_json_or_pairs_and_names_what_is_wrong():

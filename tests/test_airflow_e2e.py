@@ -222,7 +222,9 @@ def test_a_retry_after_the_task_process_is_sigkilled_reattaches_to_the_same_run(
 
 def test_rebalance_dag_through_the_rest_api(airflow_live, redis_url):
     """The manual topology_rebalance DAG, triggered through the REST API against a live run on
-    local workers: the run goes on 3 workers, and the task log says so with the new shape."""
+    local workers: the run goes on 3 workers, and the task log says so with the new shape; then
+    its pause and resume actions: the spouts stop and go on, and the record says paused, then
+    running."""
     from runtime_components import CountInState, Ticker
 
     from topology_runtime import LocalCluster, TopologyBuilder
@@ -244,6 +246,21 @@ def test_rebalance_dag_through_the_rest_api(airflow_live, redis_url):
             assert run.status().workers == 3 and len(run.pids) == 3
             log = live.task_log("topology_rebalance", run_id, "rebalance")
             assert "done: e2e-rb: running on 3 worker(s) (ticks=2, count=2)" in log, log[-3000:]
+
+            cp = ControlPlane(redis_url)
+            run_id = live.trigger("topology_rebalance", {"topology_id": "e2e-rb", "action": "pause"})
+            assert live.wait_for_run("topology_rebalance", run_id, timeout=180) == "success", \
+                live.describe_run("topology_rebalance", run_id)
+            assert run.status().paused and cp.get("e2e-rb").display_state == "paused"
+            log = live.task_log("topology_rebalance", run_id, "pause")
+            assert "done: e2e-rb: paused on 3 worker(s) (ticks=2, count=2)" in log, log[-3000:]
+            emitted = run.status().components["ticks"].emitted
+            run_id = live.trigger("topology_rebalance", {"topology_id": "e2e-rb", "action": "resume"})
+            assert live.wait_for_run("topology_rebalance", run_id, timeout=180) == "success", \
+                live.describe_run("topology_rebalance", run_id)
+            assert not run.status().paused and cp.get("e2e-rb").display_state == "running"
+            assert "done: e2e-rb: running on 3 worker(s)" in live.task_log("topology_rebalance", run_id, "resume")
+            assert wait_for(lambda: run.status().components["ticks"].emitted > emitted + 50, 15), run.status()
         finally:
             run.kill()
 
@@ -252,8 +269,9 @@ def test_rebalance_dag_through_the_rest_api(airflow_live, redis_url):
 def test_upgrade_dag_through_the_rest_api(airflow_live, redis_url):
     """The manual topology_upgrade DAG, triggered through the REST API: a live exactly-once word
     count on local workers is drained, savepointed and replaced by its next version (an extra
-    stateful counter) on Spark local[2], started from the savepoint under the same id; every word
-    is counted exactly once, and the savepoint stays for a rollback."""
+    stateful counter) on Spark local[2], started from the savepoint under the same id and verified
+    (a checkpoint past the savepoint committed); every word is counted exactly once, and the
+    savepoint stays for a rollback."""
     from spark_topologies import exactly_once_wordcount
 
     from examples.stateful_wordcount import counts_in_state
@@ -279,8 +297,11 @@ def test_upgrade_dag_through_the_rest_api(airflow_live, redis_url):
             live.describe_run("topology_upgrade", run_id)
         assert run.done
     states = {t: ti["state"] for t, ti in live.task_instances("topology_upgrade", run_id).items()}
-    assert states == {"drain": "success", "savepoint": "success", "upgrade": "success",
+    assert states == {"drain": "success", "savepoint": "success", "upgrade": "success", "verify": "success",
                       "rollback_hint": "skipped"}, states
+    # The DAG run ends once the new version runs and committed a checkpoint; this one is bounded.
+    cp = ControlPlane(redis_url)
+    assert wait_for(lambda: cp.get("e2e-up").state == "completed", 240), cp.get("e2e-up")
     assert counts_in_state(redis_url, "e2e-up") == true_counts(first + second)  # nothing lost, nothing twice
     assert [m.name for m in savepoints.list_savepoints(r, "e2e-up")] == ["pre-v2"]
     assert "e2e-up/pre-v2" in live.task_log("topology_upgrade", run_id, "savepoint")

@@ -37,3 +37,26 @@ def test_cli_and_driver_return_members_not_numbers():
         bare = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Return)
                 and isinstance(node.value, ast.Constant) and type(node.value.value) is int]
         assert not bare, f"{rel}: bare exit codes at lines {bare}"
+
+
+def _subcommands() -> list[str]:
+    import argparse
+
+    from topology_runtime.cli.main import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return [a.dest for a in sub._choices_actions]
+
+
+def test_every_subcommand_is_in_the_docs_command_table_and_the_architecture():
+    """The command table of docs/operations.md has one row per subcommand the parser has, in its
+    order; docs/architecture.md's CLI row names them all."""
+    commands = _subcommands()
+    assert {"run", "submit", "pause", "savepoint-delete", "dead-letters", "drpc", "redis"} <= set(commands)
+    text = (ROOT / "docs" / "operations.md").read_text()
+    section = text.split("### Commands", 1)[1].split("\n#", 1)[0]
+    assert re.findall(r"^\| `topology ([a-z-]+)[ `]", section, re.M) == commands
+    row = next(line for line in (ROOT / "docs" / "architecture.md").read_text().splitlines()
+               if line.startswith("| CLI |"))
+    listed = row.split("`topology ", 1)[1].split("`", 1)[0]
+    assert [c.strip() for c in listed.split("/")] == commands

@@ -1,8 +1,8 @@
 """Pause and resume a live run (Storm's deactivate/activate) on real worker processes: the
 spouts stop calling next_tuple (their deactivate() is called) while in-flight trees finish and
-checkpoints go on; `topology status` and the run record say paused; a worker SIGKILLed while
-paused comes back paused; resume calls activate() and the spouts go on. Through the CLI and the
-run handle; a run that is not live is refused (exit 6)."""
+checkpoints, heartbeats, status reports and lease renewals go on; `topology status` and the run
+record say paused; a worker SIGKILLed while paused comes back paused; resume calls activate() and
+the spouts go on. Through the CLI and the run handle; a run that is not live is refused (exit 6)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from runtime_components import CountInState, Ticker
 from topology_runtime import LocalCluster, TopologyBuilder
 from topology_runtime.api.exit_codes import ExitCode
 from topology_runtime.cli.main import main as cli
-from topology_runtime.control.control_plane import ControlPlane
+from topology_runtime.control.control_plane import LEASE_TTL_MS, ControlPlane
 from topology_runtime.testing import wait_for
 
 pytestmark = pytest.mark.slow
@@ -54,7 +54,19 @@ def test_pause_and_resume_through_the_cli_and_the_handle(redis_url, capsys):
             assert wait_for(lambda: (s := run.status().components["ticks"]).acked == s.emitted, 10), run.status()
             emitted = run.status().components["ticks"].emitted
             txid = _checkpoint_txid(r, name)
-            time.sleep(1.0)
+            # The paused window, longer than a lease renewal period: every worker keeps sending
+            # heartbeats, the driver keeps publishing the run's status and renewing its lease.
+            ages, updated, ttls = [], [], []
+            deadline = time.monotonic() + LEASE_TTL_MS / 5000 + 1.5
+            while time.monotonic() < deadline:
+                rec = cp.get(name)
+                ages += [w["heartbeat_age_secs"] for w in rec.status["workers"].values()]
+                updated.append(rec.status["updated"])
+                ttls.append(r.pttl(f"topology:{{{name}:ctl}}:lease"))
+                time.sleep(0.25)
+            assert ages and None not in ages and max(ages) < 2.0, ages  # stats every 0.2 s: a heartbeat each
+            assert len(set(updated)) >= 2, updated  # the status went on being published
+            assert min(ttls) > LEASE_TTL_MS / 2 and any(b > a for a, b in zip(ttls, ttls[1:])), ttls  # renewed
             st = run.status()
             assert st.paused and st.state == "running"
             assert st.components["ticks"].emitted == emitted

@@ -4,6 +4,8 @@ rollback of the old code to it, with exact counts."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import redis
 from runtime_components import StreamFeeder
@@ -45,7 +47,7 @@ def _drained_v1(redis_url, name, truth):
     assert status.state in ("killed", "completed"), status.error
 
 
-def test_upgrade_and_rollback(redis_url, redis_client):
+def test_upgrade_and_rollback(redis_url, redis_client, capsys):
     r = redis.Redis.from_url(redis_url, decode_responses=True)
     first = load_sentences(r, 400)
     _drained_v1(redis_url, "wc-v1", true_counts(first))
@@ -78,8 +80,14 @@ def test_upgrade_and_rollback(redis_url, redis_client):
                              from_savepoint="wc-v1/before-upgrade")
     assert status.state == "completed", status.error
     assert counts_in_state(redis_url, "wc-v1") == everything
-    # Listed; kept by reset; deleted.
+    # Listed (by `topology savepoints` too: name, txid, time, components); kept by reset; deleted.
     assert [m.name for m in savepoints.list_savepoints(redis_client, "wc-v1")] == ["before-upgrade"]
+    m = savepoints.get(redis_client, "wc-v1", "before-upgrade")
+    capsys.readouterr()
+    assert cli(["savepoints", "wc-v1", "--redis", redis_url]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"before-upgrade  txid {m.txid}  {m.time}  count=2, sentences=2  ({len(m.parts)} task state(s))"]
+    assert m.txid >= 0 and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", m.time), m
     reset("wc-v1", redis_url)
     assert savepoints.get(redis_client, "wc-v1", "before-upgrade").components == {"count": 2, "sentences": 2}
     with LocalCluster(workers=2, redis_url=redis_url) as cluster:
@@ -89,6 +97,9 @@ def test_upgrade_and_rollback(redis_url, redis_client):
     assert cli(["savepoint-delete", "wc-v1", "before-upgrade", "--redis", redis_url]) == 0
     assert cli(["savepoint-delete", "wc-v1", "before-upgrade", "--redis", redis_url]) == 6
     assert savepoints.list_savepoints(redis_client, "wc-v1") == []
+    capsys.readouterr()
+    assert cli(["savepoints", "wc-v1", "--redis", redis_url]) == 0
+    assert capsys.readouterr().out.splitlines() == ["wc-v1: no savepoints"]
     assert not [k for k in redis_client.scan_iter("topology:*:sp:*")]
 
 

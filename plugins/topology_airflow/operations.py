@@ -127,7 +127,8 @@ def _count(v: int | str | None) -> int | None:
 class SavepointTopologyOperator(_DayTwoOperator):
     """Take savepoint ``name`` (default: a timestamp) of a topology: of a live exactly-once run
     at a checkpoint started at once, of a stopped one from its committed state. Pushes
-    ``"ID/NAME"`` to XCom: what ``SubmitTopologyOperator(from_savepoint=...)`` takes."""
+    ``"ID/NAME"`` to XCom: what ``SubmitTopologyOperator(from_savepoint=...)`` takes; its txid
+    under the key ``txid``."""
 
     template_fields: Sequence[str] = ("topology_id", "name", "redis_url")
 
@@ -149,14 +150,18 @@ class SavepointTopologyOperator(_DayTwoOperator):
             raise AirflowException(f"savepoint of topology {self.topology_id!r}: {e}") from e
         self.log.info("savepoint %s/%s of topology %r at txid %s: %d task state(s)", self.topology_id, m.name,
                       self.topology_id, m.txid, len(m.parts))
+        ti = context.get("ti") if hasattr(context, "get") else None
+        if ti is not None:  # a later check waits for the first checkpoint past it
+            ti.xcom_push(key="txid", value=m.txid)
         return f"{self.topology_id}/{m.name}"
 
 
 class StopTopologyOperator(_DayTwoOperator):
     """Stop a live run: ``drain=True`` (default) stops its spouts and lets in-flight trees finish
-    first. Waits until it is no longer live; a run that is not live already is fine (logged)."""
+    first. Waits until it is no longer live, at most ``wait`` s; a run that is not live already
+    is fine (logged)."""
 
-    template_fields: Sequence[str] = ("topology_id", "redis_url")
+    template_fields: Sequence[str] = ("topology_id", "wait", "redis_url")
 
     def __init__(self, *, topology_id: str, drain: bool = True, **kwargs: Any) -> None:
         super().__init__(topology_id=topology_id, **kwargs)
@@ -172,12 +177,53 @@ class StopTopologyOperator(_DayTwoOperator):
                           rec.state if rec else "no record")
             return rec.state if rec else "unknown"
         self.log.info("%s of topology %r requested", "drain" if self.drain else "kill", self.topology_id)
-        deadline = time.monotonic() + self.wait
+        wait = float(self.wait)  # a rendered template may be text
+        deadline = time.monotonic() + wait
         while cp.is_live(self.topology_id):
             if time.monotonic() >= deadline:
-                raise AirflowException(f"topology {self.topology_id!r} still live after {self.wait:g}s; the request "
-                                       f"stands (`topology status {self.topology_id}`)")
+                rec = cp.get(self.topology_id)
+                name = self.topology_id
+                raise AirflowException(
+                    f"topology {name!r} still live after {wait:g}s ({rec.display_state if rec else 'no record'}); "
+                    f"the {'drain' if self.drain else 'kill'} request stands and cannot be taken back: it stops "
+                    f"once {'its in-flight trees finish' if self.drain else 'its driver sees the request'} "
+                    f"(`topology status {name}`); to stop it now: `topology kill {name}`")
             time.sleep(0.5)
         rec = cp.get(self.topology_id)
         self.log.info("topology %r stopped: %s", self.topology_id, rec.state if rec else "?")
         return rec.state if rec else "unknown"
+
+
+UPGRADE_STEPS = ("drain", "savepoint", "upgrade", "verify")  # the topology_upgrade DAG's steps, in order
+
+
+def upgrade_failure(cp: Any, topology_id: str, failed: str, savepoint: str | None, old: str | None,
+                    new: str | None) -> str:
+    """What the failed step ``failed`` (one of UPGRADE_STEPS) of an upgrade from code ``old`` to
+    ``new`` left, read from the run's record now, and the commands that go on from there or undo it."""
+    name = topology_id
+    rec = cp.get(name)
+    state = "no run record" if rec is None else rec.display_state + (", live" if rec.live else "")
+    old = old or "OLD.MODULE:ATTR"
+    flags = "(with the old run's --master, --workers and --conf)"
+    if failed == "drain":
+        head = f"the drain of {name!r} failed: "
+        if rec is not None and rec.live:
+            return (head + f"the old run is still live ({state}); nothing was saved or replaced. The drain request "
+                    "stands and cannot be taken back: the run stops once its in-flight trees finish (`topology "
+                    f"status {name}`). To go on: `topology kill {name} --drain --wait 600`, then trigger "
+                    "topology_upgrade again")
+        return (head + f"the old run is {state}; nothing was saved or replaced. To go on: trigger topology_upgrade "
+                f"again; to undo: start the old code again from its committed state: `topology submit {old} "
+                f"--name {name}` {flags}")
+    if failed == "savepoint":
+        return (f"the savepoint of {name!r} failed (its task log says why): the old run is {state} and this "
+                f"upgrade took no savepoint. To go on: `topology savepoint {name} --name NAME` (first `topology "
+                f"recover {name}` if its checkpoint is not committed), then `topology submit {new} --name {name} "
+                f"--from-savepoint {name}/NAME`, or trigger topology_upgrade again with a savepoint_name not taken "
+                f"yet; to undo: start the old code again from its committed state: `topology submit {old} --name "
+                f"{name}` {flags}")
+    what = "did not start" if failed == "upgrade" else "started but did not commit a checkpoint"
+    stop = f"`topology kill {name}`, then " if rec is not None and rec.live else ""
+    return (f"the new version of {name!r} {what}: {name!r} is {state}; savepoint {savepoint} stands. Roll back: "
+            f"{stop}`topology submit {old} --name {name} --from-savepoint {savepoint}` {flags}")

@@ -10,9 +10,11 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
+from topology_runtime.api.status import FINAL_STATES
+
 from .hooks import TopologyHook, driver_reason, driver_summary, failure_lines
 from .links import TopologyLink
-from .triggers import TopologyTrigger
+from .triggers import TopologyTrigger, _pid_alive
 
 
 def _default_deferrable() -> bool:
@@ -41,6 +43,11 @@ class SubmitTopologyOperator(BaseOperator):
     ``on_kill`` when deferred), or drains it when its conf sets ``topology.sigterm.action`` to
     ``drain``; the run ends ``killed`` with its final state recorded, never ``lost``.
 
+    ``wait_for_completion=False``: the driver is started detached as above, and the task
+    succeeds once the run this submission started is ``running`` (or already completed), leaving
+    it running: for a run that never ends (a DAG that starts a new version, then checks it with
+    :class:`TopologySensor`). It fails if the run ended otherwise first, or never registered.
+
     A retry of the same DAG run's task whose earlier try left the run live (the task's process
     died: a scheduler or worker SIGKILLed) re-attaches to it and follows it to the end instead of
     submitting again; another DAG run still gets "already live" (docs/operations.md).
@@ -58,8 +65,9 @@ class SubmitTopologyOperator(BaseOperator):
                  deferrable: bool | None = None, poll_interval: float = 2.0, start_timeout: float = 600.0,
                  driver_log_dir: str | None = None, python_env: str = "auto", executor_python: str | None = None,
                  py_files: str | list[str] | None = None, archives: str | list[str] | None = None,
-                 from_savepoint: str | None = None, **kwargs: Any) -> None:
+                 from_savepoint: str | None = None, wait_for_completion: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.wait_for_completion = wait_for_completion
         self.from_savepoint = from_savepoint  # "ID/NAME": the run starts with that savepoint's state
         # What a cluster master's executors get (docs/cluster.md): the code is always shipped;
         # python_env "auto" adds the runtime's dependencies, "none" nothing, a path your archive.
@@ -83,10 +91,18 @@ class SubmitTopologyOperator(BaseOperator):
     def execute(self, context: Any) -> dict:
         self._hook = TopologyHook(self.conn_id, self.redis_url)
         ours = self._live_run_of_this_task(context)
+        if ours is not None and not self.wait_for_completion:
+            self.log.info("topology %r is live, started by an earlier try of this task: not starting it again",
+                          self.name)
+            return {"name": self.name, "state": ours.display_state, "log_file": ours.info.get("log")}
         if ours is not None:
             return self._reattach(ours)
         if self.from_savepoint:
             self._hook.restore(self.from_savepoint, self.topology, self.name, int(self.workers), self.conf)
+        if not self.wait_for_completion:
+            run = self._hook.start_detached(self.topology, self.name, int(self.workers), self.conf, self.spark_conf,
+                                            self.progress_interval, self.driver_log_dir, self.shipping)
+            return self._until_running(run)
         if self.deferrable:
             run = self._hook.start_detached(self.topology, self.name, int(self.workers), self.conf, self.spark_conf,
                                             self.progress_interval, self.driver_log_dir, self.shipping)
@@ -140,6 +156,42 @@ class SubmitTopologyOperator(BaseOperator):
                                    f"(state {final.state if final else 'unknown'})")
         return self._outcome(None, final)
 
+    def _until_running(self, run: Any) -> dict:
+        """Poll until the run this submission started (its record names this driver log) is
+        running; fail if it ends otherwise first or never registers (a rejected topology, an id
+        already live, nothing within ``start_timeout``)."""
+        assert self._hook is not None  # execute sets it first
+        local = run.deploy_mode == "client"
+        while True:
+            rec = self._hook.get_run(self.name)
+            if rec is not None and rec.info.get("log") == run.log_file:
+                if rec.state in ("running", "completed"):
+                    self.log.info("topology %r is %s (driver pid %s, log %s): not waiting for it to end",
+                                  self.name, rec.display_state, run.pid, run.log_file)
+                    return {"name": self.name, "state": rec.display_state, "log_file": run.log_file}
+                if rec.state in FINAL_STATES or rec.state == "lost":
+                    return self._outcome(None, rec)  # fails the task with the run's error
+            elif local and not _pid_alive(run.pid):
+                self._not_started(run.log_file, f"the driver (pid {run.pid}) exited before registering run "
+                                                f"{self.name!r}: see {run.log_file}")
+            elif time.time() - run.submitted > self.start_timeout:
+                self._not_started(run.log_file, f"run {self.name!r} did not register within "
+                                                f"{self.start_timeout:.0f}s: see {run.log_file}")
+            time.sleep(min(self.poll_interval, 1.0))
+
+    def _not_started(self, log_file: str, error: str | None) -> None:
+        try:
+            lines = Path(log_file).read_text(errors="replace").splitlines()
+        except OSError:
+            lines = []  # the driver ran on another machine
+        # The driver's reason (an import error, a rejected config) first, wherever it is in the
+        # log: Spark's shutdown may print many lines after it.
+        reason = driver_reason(lines)
+        tail = "\n".join(lines[-20:])
+        raise AirflowException(f"topology {self.name!r} did not start: "
+                               + (f"{reason.removeprefix('error: ')} ({error})" if reason else str(error))
+                               + (f"\nlast driver lines:\n{tail}" if tail else ""))
+
     def _kill_action(self) -> str:
         return "drain" if (self.conf or {}).get("topology.sigterm.action") == "drain" else "kill"
 
@@ -163,15 +215,7 @@ class SubmitTopologyOperator(BaseOperator):
         for line in summary:
             self.log.info("%s", line)
         if event.get("state") == "not-started":
-            lines = (text or "").splitlines()
-            # The driver's reason (an import error, a rejected config) first, wherever it is in
-            # the log: Spark's shutdown may print many lines after it.
-            reason = driver_reason(lines)
-            tail = "\n".join(lines[-20:])
-            raise AirflowException(f"topology {self.name!r} did not start: "
-                                   + (f"{reason.removeprefix('error: ')} ({event.get('error')})" if reason
-                                      else str(event.get("error")))
-                                   + (f"\nlast driver lines:\n{tail}" if tail else ""))
+            self._not_started(log_file, event.get("error"))
         return self._outcome(None, rec, event.get("state"))
 
     def _outcome(self, error: str | None, rec: Any = None, state: str | None = None) -> dict:

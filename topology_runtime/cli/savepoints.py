@@ -74,7 +74,10 @@ def cmd_list(args: argparse.Namespace, redis_url: Callable[[argparse.Namespace],
     from state import savepoints
     from state.connection import connect
 
-    for m in savepoints.list_savepoints(connect(redis_url(args)), args.id):
+    found = savepoints.list_savepoints(connect(redis_url(args)), args.id)
+    if not found:  # said, so that no output never means a command that went wrong
+        print(f"{args.id}: no savepoints")
+    for m in found:
         print(m.describe())
     return ExitCode.COMPLETED
 

@@ -42,10 +42,17 @@ class Shape:
         return f"{self.name}: {self.state} on {self.workers} worker(s)" + (f" ({shape})" if shape else "")
 
 
+def _not_live(rec: RunRecord | None, name: str, doing: str) -> NotLive:
+    if rec is None:
+        return NotLive(f"no live run named {name!r} to {doing}: Redis has no record of it (`topology list` shows "
+                       "the runs it knows)")
+    return NotLive(f"no live run named {name!r} to {doing}: it is {rec.state} (`topology status {name}`)")
+
+
 def _live(cp: ControlPlane, name: str, doing: str) -> RunRecord:
     rec = cp.get(name)
     if rec is None or not rec.live:
-        raise NotLive(f"no live run named {name!r} to {doing}")
+        raise _not_live(rec, name, doing)
     return rec
 
 
@@ -54,12 +61,15 @@ def _wait(cp: ControlPlane, name: str, wait: float, done, what: str, undo: str) 
     while True:
         rec = cp.get(name)
         if rec is None or not rec.live:
-            raise NotLive(f"{name!r} ended ({rec.state if rec else 'no record'}) before it confirmed the {what}")
+            raise NotLive(f"{name!r} ended ({rec.state if rec else 'no record'}) before it confirmed the {what}: "
+                          f"`topology status {name}` says why; to go on, start it again (`topology run|submit "
+                          f"MODULE:ATTR --name {name}`)")
         if done(rec):
             return Shape.of(rec)
         if time.monotonic() >= deadline:
-            raise NotConfirmed(f"{name!r} has not confirmed the {what} after {wait:g}s; the request stands "
-                               f"(`topology status {name}` shows when it is done; to undo: `{undo}`)")
+            raise NotConfirmed(f"{name!r} has not confirmed the {what} after {wait:g}s and is now "
+                               f"{Shape.of(rec).describe()}; the request stands (`topology status {name}` "
+                               f"shows when it is done; to undo: `{undo}`)")
         time.sleep(0.25)
 
 
@@ -68,7 +78,7 @@ def pause(cp: ControlPlane, name: str, paused: bool, wait: float = 15.0) -> Shap
     verb = "pause" if paused else "resume"
     _live(cp, name, verb)
     if not cp.request_pause(name, paused):
-        raise NotLive(f"no live run named {name!r} to {verb}")
+        raise _not_live(cp.get(name), name, verb)
     undo = f"topology {'resume' if paused else 'pause'} {name}"
     return _wait(cp, name, wait, lambda rec: rec.paused == paused, verb, undo)
 
@@ -91,14 +101,17 @@ def rebalance(cp: ControlPlane, name: str, workers: int | None, parallelism: dic
     if before.workers == want_workers and all(before.parallelism.get(c) == n for c, n in parallelism.items()):
         return before
     if not cp.request_rebalance(name, workers, timeout, parallelism):
-        raise NotLive(f"{name!r} stopped before the rebalance was asked")
+        raise _not_live(cp.get(name), name, "rebalance")
     undo = f"topology rebalance {name} --workers {before.workers}" + "".join(
         f" --parallelism {c}={before.parallelism.get(c)}" for c in parallelism if c in before.parallelism)
 
     def done(r: RunRecord) -> bool:
         refused = cp.rebalance_refusal(name)
-        if refused is not None:  # the driver said no before changing anything
-            raise Refused(f"{name!r}: {refused}")
+        if refused is not None:  # the driver said no: its components keep their numbers of tasks
+            raise Refused(f"{name!r}: {refused}; the run goes on with its components' numbers of tasks as they "
+                          f"were ({Shape.of(r).describe()}; `topology status {name}` shows it now); to go on, "
+                          f"ask for a shape it allows: `topology rebalance {name} --workers N "
+                          "[--parallelism COMPONENT=N]`")
         st = r.status or {}
         shape = st.get("parallelism") or {}
         return (st.get("worker_count") == want_workers and all(shape.get(c) == n for c, n in parallelism.items())
@@ -127,7 +140,8 @@ def savepoint(cp: ControlPlane, name: str, savepoint_name: str | None = None, wa
         except savepoints.SavepointRefused as e:
             raise Refused(str(e)) from None
     if client.hexists(savepoints.savepoints_key(name), sp):
-        raise Refused(f"{name!r} already has a savepoint {sp!r}")
+        raise Refused(f"{name!r} already has a savepoint {sp!r}: choose another name or delete it first "
+                      f"(`topology savepoint-delete {name} {sp}`); the run goes on unchanged")
     deadline = time.monotonic() + wait
     while True:
         try:
@@ -136,11 +150,13 @@ def savepoint(cp: ControlPlane, name: str, savepoint_name: str | None = None, wa
             pass
         why = savepoints.failure(client, name, sp)
         if why is not None:
-            raise Refused(f"{name!r}: savepoint {sp!r} not taken: {why}")
+            raise Refused(f"{name!r}: savepoint {sp!r} not taken: {why}; the run goes on unchanged")
         rec = cp.get(name)
         if rec is None or not rec.live:
-            raise NotLive(f"{name!r} ended before it took savepoint {sp!r}")
+            raise NotLive(f"{name!r} ended ({rec.state if rec else 'no record'}) before it took savepoint {sp!r}; "
+                          f"a stopped run's committed state can be saved: `topology savepoint {name} --name {sp}`")
         if time.monotonic() >= deadline:
-            raise NotConfirmed(f"{name!r} has not taken savepoint {sp!r} after {wait:g}s; the request stands "
-                               f"(`topology savepoints {name}` lists it once taken)")
+            raise NotConfirmed(f"{name!r} has not taken savepoint {sp!r} after {wait:g}s and is "
+                               f"{Shape.of(rec).describe()}; the request stands (`topology savepoints {name}` "
+                               f"lists it once taken; to drop it then: `topology savepoint-delete {name} {sp}`)")
         time.sleep(0.2)
