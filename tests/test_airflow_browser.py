@@ -117,7 +117,7 @@ def test_browser_login_topology_pages_and_trigger_form(airflow_live, run, page, 
     assert page.locator("svg polyline").count() >= 2
     # The drawing: a box per component with its live count, an edge per subscription, each bolt
     # coloured by the capacity the run recorded.
-    from topology_airflow.graph import capacity_colour
+    from topology_airflow.graph import UNMEASURED, capacity_colour
 
     graph = page.locator('[data-testid="topology-graph"]')
     for comp, stats in status["components"].items():
@@ -125,8 +125,12 @@ def test_browser_login_topology_pages_and_trigger_form(airflow_live, run, page, 
         assert box.count() == 1, comp
         count = stats["emitted"] if comp == "numbers" else stats["executed"]
         assert f"{count:,}" in box.text_content(), (comp, box.text_content())
-        if comp != "numbers":
-            assert box.locator("rect").get_attribute("fill") == capacity_colour(stats.get("capacity")), comp
+        if comp != "numbers":  # every bolt was measured: a colour and its capacity, never the grey
+            fill = box.locator("rect").get_attribute("fill")
+            assert stats["capacity"] is not None and fill == capacity_colour(stats["capacity"]) != UNMEASURED, comp
+            assert f"capacity {stats['capacity']:.2f}" in box.text_content(), (comp, box.text_content())
+        else:
+            assert box.locator("rect").get_attribute("fill") == UNMEASURED and "capacity" not in box.text_content()
     assert graph.locator('g[data-edge="numbers->double"]').count() == 1
     assert graph.locator('g[data-edge="double->sink"]').count() == 1
     assert "shuffle" in graph.locator('g[data-edge="double->sink"]').text_content()

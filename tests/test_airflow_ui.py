@@ -15,6 +15,7 @@ import time
 import pytest
 import redis
 from fastapi.testclient import TestClient
+from topology_airflow.pages import _num
 
 from state.checkpoint import PREPARING, CheckPointState, save_checkpoint
 from state.layout import REGISTRY, ctl_key
@@ -246,12 +247,18 @@ def test_pages_show_redis_counts_and_escape_everything(airflow, data):
         cells = _cells(page, comp)
         for k in ("tasks", "emitted", "acked", "failed", "replayed", "executed", "late", "dropped"):
             assert cells[k].replace(",", "") == str(stats[k]), (comp, k)
+        assert cells["capacity"] == _num(stats["capacity"]), comp  # bolts measured, spouts "–"
+    assert raw["components"]["sink"]["capacity"] is not None and raw["components"]["numbers"]["capacity"] is None
     assert page.count("<svg") == 3 and "<polyline" in page and "<circle" in page  # topology graph, throughput and latency charts
     assert 'data-testid="checkpoint-txid">7<' in page and 'data-testid="checkpoint-phase">PREPARING<' in page
     assert 'data-testid="tx-current">12<' in page
     assert page.count('data-testid="error"') == len(raw["errors"][-20:])
     assert "planted &lt;bug&gt;" in page and "Traceback" in page
     assert page.count("<tr data-worker=") == len(raw["workers"])
+    for w, figures in raw["workers"].items():  # backpressure per worker: on or off, and the seconds
+        row = re.search(rf'<tr data-worker="{w}">(.*?)</tr>', page).group(1)
+        assert f'data-testid="backpressure">{"on" if figures["backpressure"] else "off"}<' in row
+        assert f'data-testid="backpressure-secs">{_num(figures["backpressure_secs"])}<' in row
 
     listing = tc.get("/topologies/", headers=_auth(token)).text
     assert f'href="/topologies/topology/{NAME}"' in listing
@@ -465,8 +472,13 @@ def test_a_paused_run_shows_paused_with_its_shape(airflow, data, redis_server):
     tc, _, token = airflow
     control = ControlPlane(redis_server.url)
     token_ = control.register("paused-run", "local", 3)  # live (its lease held), spouts paused
-    control.publish("paused-run", token_, RunStatus("paused-run", "running", paused=True, workers=3,
-                                                    parallelism={"ticks": 2, "count": 4}), {})
+    workers = {str(i): {"pid": 10 + i, "incarnation": 1, "heartbeat_age_secs": 0.3, "ready": True,
+                        "backpressure": on, "backpressure_secs": secs}
+               for i, (on, secs) in enumerate([(True, 12.5), (False, 3.25), (False, 0.0)])}
+    control.publish("paused-run", token_, RunStatus(
+        "paused-run", "running", paused=True, workers=3, parallelism={"ticks": 2, "count": 4},
+        components={"ticks": ComponentStats(emitted=9, tasks=2), "count": ComponentStats(executed=9, tasks=4,
+                                                                                         capacity=0.874)}), workers)
     listing = tc.get("/topologies/", headers=_auth(token)).text
     row = listing[listing.index('<tr data-topology="paused-run">'):]
     row = row[:row.index("</tr>")]
@@ -476,6 +488,12 @@ def test_a_paused_run_shows_paused_with_its_shape(airflow, data, redis_server):
     assert "<dt>parallelism</dt><dd>ticks=2, count=4</dd>" in page and "<dt>workers</dt><dd>3</dd>" in page
     # Links to the DAGs that operate it; the page itself changes nothing.
     assert 'href="/dags/topology_rebalance"' in page and 'href="/dags/topology_recovery"' in page
+    assert 'href="/dags/topology_upgrade"' in page
+    assert re.findall(r'data-testid="capacity" data-component="user:(\w+)">([^<]*)<', page) == [
+        ("ticks", "–"), ("count", "0.87")]
+    held = re.findall(r'<tr data-worker="(\d)">.*?data-testid="backpressure">(\w+)<.*?'
+                      r'data-testid="backpressure-secs">([^<]*)<', page)
+    assert held == [("0", "on", "12.5"), ("1", "off", "3.25"), ("2", "off", "0")]
     control.release("paused-run", token_)
     drop_run(data, "paused-run")
 

@@ -117,3 +117,26 @@ def test_metrics_server_on_a_taken_port_says_so(redis_url):
         out = subprocess.run([sys.executable, "-m", "topology_runtime.cli", "metrics-server", "--port", str(port),
                               "--redis", redis_url], capture_output=True, text=True, timeout=60)
     assert out.returncode == 4 and f"cannot listen on 127.0.0.1:{port}" in out.stderr, out
+
+
+def test_a_topology_leaves_the_metrics_at_topology_reset(redis_url):
+    """Finished runs stay in the exposition (their state label says so) until `topology reset`
+    deletes their records."""
+    import subprocess
+    import sys
+
+    from topology_runtime.api.status import ComponentStats, RunStatus
+
+    control = ControlPlane(redis_url)
+    for name in ("reset-me", "kept"):
+        token = control.register(name, "local", 1)
+        control.finish(name, token, RunStatus(name, "killed", components={"words": ComponentStats(emitted=7)}), {})
+    text = exposition(control).decode()
+    for name in ("reset-me", "kept"):
+        assert f'topology_run_info{{launcher="local",state="killed",topology="{name}"}} 1.0' in text
+    out = subprocess.run([sys.executable, "-m", "topology_runtime.cli", "reset", "reset-me", "--redis", redis_url],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out
+    text = exposition(control).decode()
+    assert 'topology="reset-me"' not in text
+    assert 'topology_component_emitted_total{component="words",topology="kept"} 7.0' in text

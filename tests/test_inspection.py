@@ -29,7 +29,8 @@ class Counter(Spout):
     def next_tuple(self):
         self.n += 1
         self.emit([self.n])
-        time.sleep(0.002)
+        # ~200 tuples/s: half of them sampled stays under a worker's buffer per stats report
+        time.sleep(0.005)
 
 
 class Talk(BasicBolt):
@@ -80,14 +81,30 @@ def test_set_log_level_then_back_and_sampling_of_a_live_run(redis_url, capfd):
 
             with pytest.raises(ValueError, match="no component 'nope'"):
                 inspection.request_sample(control, "inspected", "nope")
-            inspection.request_sample(control, "inspected", "talk", percent=50, duration_secs=2)
+            asked = inspection.request_sample(control, "inspected", "talk", percent=50, duration_secs=5)
             assert wait_for(lambda: len(inspection.read_samples(control, "inspected", 50)) >= 20, timeout=15)
-            samples = inspection.read_samples(control, "inspected", 50)
+            # the sampling ended and the workers' last reports (every 1 s) were written (every 2 s)
+            time.sleep(max(0.0, asked["until"] - time.time()) + 3)
+            counts: list[int] = []
+
+            def settled() -> bool:  # the same count for 2.5 s: a publish interval went by
+                counts.append(len(inspection.read_samples(control, "inspected", 1000)))
+                time.sleep(0.5)
+                return len(counts) >= 6 and len(set(counts[-6:])) == 1
+            assert wait_for(settled, timeout=30), counts
+            samples = inspection.read_samples(control, "inspected", 1000)
             assert {s["component"] for s in samples} == {"talk"} and {s["stream"] for s in samples} == {"default"}
             n, square = eval(samples[-1]["values"])  # noqa: S307 - our own repr of two ints
             assert square == n * n
-            time.sleep(3)  # the sampling ended: nothing more arrives
-            before = len(inspection.read_samples(control, "inspected", 1000))
+            # The spout counts 1, 2, 3...: talk emitted every n between the first and the last
+            # sampled one exactly once (no acker, no replays), so this is the share recorded.
+            ns = [eval(s["values"])[0] for s in samples]  # noqa: S307
+            assert len(set(ns)) == len(ns) >= 60, len(ns)
+            share = len(ns) / (max(ns) - min(ns) + 1)
+            assert 0.35 <= share <= 0.65, (share, len(ns), min(ns), max(ns))
+            # ... and recorded until the end, not only up to a worker's first report
+            assert max(s["time"] for s in samples) >= asked["until"] - 1.5, (samples[-1], asked)
+            before = len(samples)
             time.sleep(1.5)
             assert len(inspection.read_samples(control, "inspected", 1000)) == before
             out = subprocess.run([sys.executable, "-m", "topology_runtime.cli", "samples", "inspected", "--count", "3",

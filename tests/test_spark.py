@@ -101,11 +101,15 @@ def test_kill_command_and_duplicate_run(redis_url, tmp_path):
         # Inspection reaches the barrier tasks too: a log level in every worker, then a sample.
         from topology_runtime.control import inspection
 
-        inspection.request_log_level(cp, "spark-forever", "DEBUG", logger="topology", expiry_secs=60)
+        # The level for a few seconds, the samples for longer: both workers revert the level
+        # (no restart, nothing else asked) while the run goes on.
+        inspection.request_log_level(cp, "spark-forever", "DEBUG", logger="topology", expiry_secs=8)
         inspection.request_sample(cp, "spark-forever", "ticks", percent=100, duration_secs=30)
         assert wait_for(lambda: inspection.read_samples(cp, "spark-forever", 5), 30), run.log()[-3000:]
         assert {s["component"] for s in inspection.read_samples(cp, "spark-forever", 5)} == {"ticks"}
         assert wait_for(lambda: run.log().count("log level of topology set to DEBUG") == 2, 10), run.log()[-3000:]
+        assert wait_for(lambda: run.log().count("log level of topology back to") == 2, 30), run.log()[-3000:]
+        assert run.status().state == "running"
         t0 = time.monotonic()
         out = subprocess.run([sys.executable, "-m", "topology_runtime.cli", "kill", "spark-forever",
                               "--redis", redis_url], capture_output=True, text=True, env=spark_env(), cwd=ROOT,

@@ -119,6 +119,7 @@ def _workers(status: dict[str, Any], now: float) -> list[dict[str, Any]]:
             "worker": str(wid), "host": w.get("host"), "pid": w.get("pid"), "incarnation": w.get("incarnation"),
             "address": w.get("address"), "ready": w.get("ready"), "pending": w.get("pending"),
             "queue": w.get("queue"), "backlog": w.get("backlog"),
+            "backpressure": bool(w.get("backpressure")), "backpressure_secs": w.get("backpressure_secs"),
             "last_seen": last_seen,
             "seconds_since_seen": round(now - last_seen, 1) if last_seen is not None else None,
         })
@@ -228,7 +229,7 @@ def _component_rows(comps: dict[str, dict], kind: str) -> str:
         cid = esc(f"{kind}:{name}")
         cells = "".join(
             f'<td class="n" data-testid="{esc(k)}" data-component="{cid}">{_num(c.get(k))}</td>'
-            for k in ("tasks", "emitted", "acked", "failed", "replayed", "executed", "late", "dropped"))
+            for k in ("tasks", "emitted", "acked", "failed", "replayed", "executed", "late", "dropped", "capacity"))
         lat = (f"{_num(c.get('complete_latency_p50_ms'))} / {_num(c.get('complete_latency_p99_ms'))}"
                if c.get("complete_latency_p50_ms") is not None else "–")
         rows.append(f'<tr data-component="{cid}"><td>{_cut(name)}</td>{cells}<td class="n">{lat}</td>'
@@ -237,6 +238,8 @@ def _component_rows(comps: dict[str, dict], kind: str) -> str:
             '<th class="n">failed</th><th class="n">replayed</th><th class="n">executed</th>'
             '<th class="n" title="windowed bolts: tuples at or behind the watermark">late</th>'
             '<th class="n" title="windowed bolts: tuples acked without being evaluated in a window">dropped</th>'
+            '<th class="n" title="share of the last stats interval the busiest task spent executing (near 1: the '
+            'bottleneck)">capacity</th>'
             '<th class="n">complete latency p50 / p99 ms</th><th class="n">execute latency ms</th></tr>')
     return f'<div class="wide"><table data-testid="{esc(kind)}-components">{head}{"".join(rows)}</table></div>'
 
@@ -329,10 +332,15 @@ def render_topology(base: str, d: dict[str, Any], refresh: bool) -> str:
         f'<tr data-worker="{esc(w["worker"])}"><td>{esc(w["worker"])}</td><td>{_cut(w["host"])}</td>'
         f'<td class="n">{esc(w["pid"])}</td><td class="n">{esc(w["incarnation"])}</td>'
         f'<td>{esc(w["ready"])}</td><td class="n">{_num(w["pending"])}</td>'
+        f'<td data-testid="backpressure">{"on" if w["backpressure"] else "off"}</td>'
+        f'<td class="n" data-testid="backpressure-secs">{_num(w["backpressure_secs"])}</td>'
         f'<td data-testid="last-seen">{_ago(w["last_seen"], now)}</td></tr>'
         for w in d["worker_heartbeats"])
+    held = ("the worker's spouts held back: its outbound batches wait for a slower consumer downstream "
+            "(now, and seconds over the run)")
     workers = (f'<div class="wide"><table data-testid="workers"><tr><th>worker</th><th>host</th>'
                f'<th class="n">pid</th><th class="n">incarnation</th><th>ready</th><th class="n">pending</th>'
+               f'<th title="{esc(held)}">backpressure</th><th class="n" title="{esc(held)}">backpressure s</th>'
                f"<th>last heartbeat</th></tr>{wrows}</table></div>" if wrows
                else '<p class="muted">No worker heartbeats published.</p>')
 
@@ -356,7 +364,9 @@ def render_topology(base: str, d: dict[str, Any], refresh: bool) -> str:
     root = base[: -len(URL_PREFIX)] if base.endswith(URL_PREFIX) else ""  # Airflow's own pages
     operate = (f'<p class="muted" data-testid="operate">This page changes nothing. From Airflow: '
                f'<a href="{esc(root)}/dags/topology_rebalance">topology_rebalance</a> (rebalance, pause, resume) '
-               f'&middot; <a href="{esc(root)}/dags/topology_recovery">topology_recovery</a> (after a crash)</p>')
+               f'&middot; <a href="{esc(root)}/dags/topology_recovery">topology_recovery</a> (after a crash) '
+               f'&middot; <a href="{esc(root)}/dags/topology_upgrade">topology_upgrade</a> (new code, from a '
+               f"savepoint)</p>")
     body = (f'<p><a href="{esc(base)}/">&larr; all topologies</a></p>'
             f'<h1><span data-testid="topology-name">{esc(d["name"])}</span> {_state("paused" if d["paused"] else d["state"])} '
             f'<span class="muted">{"live" if d["live"] else "not live"}</span></h1>{error}<dl>{dl}</dl>{operate}'

@@ -135,10 +135,15 @@ def _print_record(rec, verbose: bool = True) -> None:
     if status.parallelism:
         print("parallelism: " + ", ".join(f"{c}={n}" for c, n in status.parallelism.items()))
     print(status.table())
-    for i, w in sorted((st.get("workers") or {}).items()) if rec.live else ():  # an ended run has no heartbeats
-        held = f", backpressure on ({w.get('backpressure_secs')}s in all)" if w.get("backpressure") else ""
-        print(f"  worker {i}: pid {w.get('pid')} incarnation {w.get('incarnation')} "
-              f"heartbeat {w.get('heartbeat_age_secs')}s ago, queue {w.get('queue')}, pending {w.get('pending')}{held}")
+    beats = st.get("workers")  # per worker slot (a count in records of older versions)
+    workers = sorted(beats.items(), key=lambda kv: (len(str(kv[0])), str(kv[0]))) if isinstance(beats, dict) else []
+    for i, w in workers if rec.live else ():  # an ended run has no heartbeats
+        held = f"backpressure {'on' if w.get('backpressure') else 'off'}, {w.get('backpressure_secs') or 0}s in all"
+        print(f"  worker {i}: pid {w.get('pid')} incarnation {w.get('incarnation')} heartbeat "
+              f"{w.get('heartbeat_age_secs')}s ago, queue {w.get('queue')}, pending {w.get('pending')}, {held}")
+    held_back = [(i, w.get("backpressure_secs")) for i, w in workers if w.get("backpressure_secs")]
+    if held_back and not rec.live:  # how long each worker's spouts were held back, over the run
+        print("backpressure: " + ", ".join(f"worker {i} {secs}s" for i, secs in held_back))
     if status.error:
         print(f"error: {status.error}")
     for err in status.errors[-3:]:

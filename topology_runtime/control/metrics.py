@@ -47,7 +47,8 @@ class TopologyCollector(Collector):
                                            f"tuples {name} by the component's tasks, cumulative over the run",
                                            labels=["topology", "component"]) for k, name in COUNTERS.items()}
         execute = GaugeMetricFamily("topology_component_execute_latency_ms",
-                                    "mean execute latency of the component's tasks (sampled)",
+                                    "mean execute latency of the component's tasks over the last stats interval "
+                                    "(one execute in 32 timed)",
                                     labels=["topology", "component"])
         capacity = GaugeMetricFamily("topology_component_capacity",
                                      "Storm's capacity over the last stats interval: the share of it the busiest "
@@ -59,8 +60,8 @@ class TopologyCollector(Collector):
                                          "1 while the worker's spouts are held back: its outbound batches wait for "
                                          "the peers (high-water mark or credit window)", labels=["topology", "worker"])
         backpressure_secs = CounterMetricFamily("topology_worker_backpressure_seconds",
-                                                "time the worker's spouts were held back, cumulative over its "
-                                                "incarnation", labels=["topology", "worker"])
+                                                "time the worker's spouts were held back, cumulative over the run "
+                                                "(across the worker's restarts)", labels=["topology", "worker"])
         committed = GaugeMetricFamily("topology_checkpoint_committed_txid",
                                       "last committed checkpoint of a stateful topology", labels=["topology"])
         for rec in records:

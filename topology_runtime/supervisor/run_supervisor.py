@@ -197,7 +197,7 @@ class RunSupervisor(DayTwoOperations):
                              "queue": s.extra.get("queue"), "backlog": s.extra.get("backlog"),
                              "pending": s.extra.get("pending"), "ready": s.ready,
                              "backpressure": bool(s.extra.get("backpressure")),
-                             "backpressure_secs": s.extra.get("backpressure_secs", 0.0)}
+                             "backpressure_secs": round(s.backpressure_secs + s.extra.get("backpressure_secs", 0.0), 3)}
                     for i, s in self.slots.items()}
 
     def request_kill(self, drain: bool = False) -> None:
@@ -358,6 +358,8 @@ class RunSupervisor(DayTwoOperations):
         for task, s in slot.stats.items():
             add_task_stats(slot.carried, task, s)
         slot.stats = {}
+        slot.backpressure_secs += float(slot.extra.pop("backpressure_secs", 0.0) or 0.0)
+        slot.extra.pop("backpressure", None)  # a dead incarnation holds nothing back
         slot.ready = False
 
     def _probe(self) -> None:

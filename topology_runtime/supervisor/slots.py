@@ -13,6 +13,7 @@ class WorkerSlot:
     ready: bool = False
     stats: dict = field(default_factory=dict)  # current incarnation: task -> stats dict
     carried: dict = field(default_factory=dict)  # finished incarnations, summed
+    backpressure_secs: float = 0.0  # finished incarnations' time held back, summed
     startup_failures: int = 0
     last_seen: float = 0.0
     stopped: bool = False

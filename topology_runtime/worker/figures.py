@@ -54,15 +54,20 @@ class CapacityMeter:
     def __init__(self) -> None:
         self._last: dict[int, tuple[float, int, int, float]] = {}  # task -> (time, executed, samples, sampled ms)
 
-    def capacity(self, task: int, stats: Any, now: float) -> float | None:
+    def interval(self, task: int, stats: Any, now: float) -> dict[str, Any]:
+        """The task's figures over the interval since the last call: ``capacity`` and
+        ``execute_interval`` ([timed executes, their total ms], which the supervisor sums over a
+        component's tasks into its mean execute latency); {} on the first call."""
         h = stats.execute
         last = self._last.get(task)
         self._last[task] = (now, stats.executed, h.count, h.total)
         if last is None or now <= last[0]:
-            return None
+            return {}
         samples, sampled = h.count - last[2], h.total - last[3]
+        # One execute in 32 is timed: an interval with none timed takes the run's mean so far.
         mean = sampled / samples if samples else (h.total / h.count if h.count else 0.0)
-        return round(min(1.0, (stats.executed - last[1]) * mean / ((now - last[0]) * 1000.0)), 3)
+        return {"capacity": round(min(1.0, (stats.executed - last[1]) * mean / ((now - last[0]) * 1000.0)), 3),
+                "execute_interval": [samples, round(sampled, 6)]}
 
 
 class Backpressure:
@@ -97,9 +102,7 @@ def stats_snapshot(groups: Iterable[Mapping[int, Any]], bolts: Mapping[int, Bolt
     if meter is not None:
         now = time.monotonic()
         for task, ex in bolts.items():
-            c = meter.capacity(task, ex.stats, now)
-            if c is not None:
-                tasks[task]["capacity"] = c
+            tasks[task].update(meter.interval(task, ex.stats, now))
     for task, ex in bolts.items():
         window = getattr(ex.instance, "window_stats", None)
         if window:

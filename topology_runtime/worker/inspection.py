@@ -46,7 +46,8 @@ class Inspection:
             self._set_sample({})
 
     def take_samples(self) -> list[dict]:
-        out, self.samples = self.samples, []
+        out = list(self.samples)
+        self.samples.clear()  # in place: the samplers append to this very list
         return out
 
     # --- log levels -------------------------------------------------------------------------------
