@@ -3,6 +3,7 @@ the operator's failure and kill paths. One Airflow database per test session."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from pathlib import Path
@@ -233,18 +234,27 @@ def test_deferrable_operator_failure_resumes_with_failing_component_and_tracebac
     assert "ConnectionError: cannot reach the source" in lines[-1]
 
 
-def test_deferrable_operator_reports_a_driver_that_never_registered(airflow_db, redis_url):
+@pytest.mark.parametrize("deferrable", [True, False], ids=["deferrable", "in-task"])
+def test_a_topology_module_that_does_not_exist_fails_naming_the_import_error(airflow_db, redis_url, deferrable):
+    """Both submit modes, with the machine loaded (a CPU hog per core) while the driver starts,
+    fails and exits: the task fails with the driver's reason first, the import error named."""
     import subprocess
     import sys
 
     from airflow.sdk.exceptions import AirflowException, TaskDeferred
     from topology_airflow import SubmitTopologyOperator
 
-    op = SubmitTopologyOperator(task_id="bad", topology="tests.spark_topologies:no_such_topology", name="af-bad",
-                                workers=1, redis_url=redis_url, deferrable=True, poll_interval=0.5)
-    # The machine loaded (a CPU hog per core) while the driver starts, fails and exits.
+    name = f"af-bad-{'d' if deferrable else 't'}"
+    op = SubmitTopologyOperator(task_id="bad", topology="tests.no_such_module:topology", name=name,
+                                workers=1, redis_url=redis_url, deferrable=deferrable, poll_interval=0.5)
+    reason = re.escape(f"topology {name!r} rejected: topology reference 'tests.no_such_module:topology': importing "
+                       "'tests.no_such_module' raised ModuleNotFoundError: No module named 'tests.no_such_module'")
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
+        if not deferrable:
+            with pytest.raises(AirflowException, match=reason):
+                op.execute(context={})
+            return
         with pytest.raises(TaskDeferred) as deferred:
             op.execute(context={})
         t0 = time.monotonic()
@@ -255,12 +265,12 @@ def test_deferrable_operator_reports_a_driver_that_never_registered(airflow_db, 
     assert event.payload["state"] == "not-started"
     assert time.monotonic() - t0 < 90  # noticed from the driver's exit, not a start timeout
     # The driver's reason first, naming what does not import, however much Spark printed after it.
-    with pytest.raises(AirflowException, match=r"af-bad.*did not start: topology 'af-bad' rejected: .*no_such_topology"):
+    with pytest.raises(AirflowException, match=rf"'{name}' did not start: {reason}"):
         op.execute_complete(context={}, event=event.payload)
     log = Path(event.payload["log_file"])
     log.write_text(log.read_text() + "".join(f"26/11/26 10:00:{i:02d} INFO ShutdownHookManager: noise {i}\n"
                                              for i in range(60)))
-    with pytest.raises(AirflowException, match=r"did not start: topology 'af-bad' rejected: .*no_such_topology"):
+    with pytest.raises(AirflowException, match=rf"did not start: {reason}"):
         op.execute_complete(context={}, event=event.payload)
 
 

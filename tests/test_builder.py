@@ -245,11 +245,12 @@ def test_parallelism_by_position_and_keyword():
     assert {c.id: c.parallelism for c in topo.components.values()} == {"src": 4, "a": 2, "b": 3, "c": 1}
 
 
-def test_fields_grouping_accepts_a_single_field_name():
+def test_fields_grouping_refuses_a_bare_field_name():
+    # Storm's API takes a Fields list: one name is written ["word"] (more in tests/test_names_unit.py).
     b = _base()
-    b.set_bolt("count", Pass()).fields_grouping("src", "word")
-    topo = b.create_topology()
-    assert topo.components["count"].inputs[0].fields == ("word",)
+    with pytest.raises(TopologyError, match=r"fields_grouping\('src', ...\): fields must be a list of names, "
+                                            r"got the string 'word' \(for one name write \['word'\]\)"):
+        b.set_bolt("count", Pass()).fields_grouping("src", "word")
 
 
 def test_bolt_to_bolt_cycle_is_allowed():

@@ -193,17 +193,3 @@ def test_a_bare_string_where_a_stream_goes_is_refused():
         RedisStreamReplaySpout(["a", "b"])
     with pytest.raises(ValueError, match="max_fails must be None or an integer >= 0"):
         RedisStreamReplaySpout("s", max_fails=-1)
-
-
-@pytest.mark.parametrize("make", [
-    lambda: __import__("topology_runtime.connectors", fromlist=["x"]).RedisStreamsTransactionalSpout(
-        "sentences", ["sentence"]),
-    lambda: __import__("topology_runtime.connectors", fromlist=["x"]).RedisStreamsTransactionalSpout(
-        ["sentences"], "sentence"),
-    lambda: RedisStreamSpout("s", fields="sentence"),
-    lambda: __import__("topology_runtime.connectors", fromlist=["x"]).RedisStreamReplaySpout("s", fields="sentence"),
-    lambda: __import__("topology_runtime", fromlist=["x"]).Stream("word"),
-])
-def test_a_bare_string_where_a_list_of_names_goes_is_refused_naming_the_argument(make):
-    with pytest.raises(ValueError, match=r"must be a list of names, got the string '(sentences|sentence|word)'"):
-        make()

@@ -230,7 +230,7 @@ def test_create_topology_rejects_bad_partial_key_and_custom_groupings():
     # and the valid forms chain like every grouping
     b = TopologyBuilder()
     b.set_spout("src", Src())
-    b.set_bolt("ok", Pass()).partial_key_grouping("src", "word").custom_grouping("src", ByNumber(), "side")
+    b.set_bolt("ok", Pass()).partial_key_grouping("src", ["word"]).custom_grouping("src", ByNumber(), "side")
     assert [(g.kind, g.stream, g.fields) for g in b.create_topology().components["ok"].inputs] == \
         [(PARTIAL_KEY, "default", ("word",)), (CUSTOM, "side", ())]
 

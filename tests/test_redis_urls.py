@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from state.connection import RedisURL, RedisURLError, connect, parse, redacted
+from state.connection import RedisURL, RedisURLError, connect, connect_async, parse, redacted
 from state.layout import hash_tag, same_slot
 from state.replication import Replication
 from topology_runtime.api.config import ConfigError, resolve_config, state_replication
@@ -98,3 +98,22 @@ def test_min_replicas_config():
         resolve_config({"topology.state.redis.min.replicas": -1})
     with pytest.raises(ConfigError, match="wait.timeout.ms"):
         resolve_config({"topology.state.redis.wait.timeout.ms": 0})
+
+
+def test_a_rediss_url_with_ssl_parameters_builds_a_tls_connection_pool():
+    """docs/security.md's TLS form, as every client of a run builds it (nothing connects yet):
+    TLS connections that require the server's certificate, from the CA file named."""
+    import ssl
+
+    import redis
+
+    url = "rediss://app:pw@redis.internal:6380/2?ssl_cert_reqs=required&ssl_ca_certs=/etc/ca.pem&ssl_check_hostname=true"
+    pool = connect(url).connection_pool
+    assert pool.connection_class is redis.SSLConnection
+    conn = pool.make_connection()
+    assert (conn.host, conn.port, conn.db, conn.username) == ("redis.internal", 6380, 2, "app")
+    assert (conn.cert_reqs, conn.ca_certs, conn.check_hostname) == (ssl.CERT_REQUIRED, "/etc/ca.pem", True)
+    assert "pw" not in redacted(url)
+    aio_pool = connect_async(url).connection_pool
+    assert aio_pool.connection_class.__name__ == "SSLConnection"
+    assert aio_pool.connection_kwargs["ssl_ca_certs"] == "/etc/ca.pem"

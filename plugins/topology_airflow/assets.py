@@ -32,8 +32,17 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from state.connection import connect_async
 from state.layout import check_topology_id, ctl_key
+from topology_runtime.api.names import name_list
 
 KINDS = ("checkpoint", "transactional")
+
+
+def _kinds(kinds: Sequence[str], owner: str) -> list[str]:
+    out = name_list(kinds, "kinds", owner)
+    unknown = sorted(set(out) - set(KINDS))
+    if unknown:
+        raise ValueError(f"{owner}: kinds must be among {list(KINDS)}, got {unknown}")
+    return out
 
 
 class TopologyCommitTrigger(BaseEventTrigger):
@@ -46,7 +55,7 @@ class TopologyCommitTrigger(BaseEventTrigger):
         self.topology_id = check_topology_id(topology_id)
         self.redis_url = redis_url
         self.group = group or f"airflow:{topology_id}"
-        self.kinds = list(kinds)
+        self.kinds = _kinds(kinds, "TopologyCommitTrigger")
         self.block_ms = block_ms
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -117,6 +126,6 @@ def topology_asset(name: str, topology_id: str, redis_url: str | None = None, ki
     """The Airflow asset updated by each commit of ``topology_id`` (run it with
     ``topology.airflow.asset`` set, e.g. to ``name``); ``redis_url`` defaults to the run's Redis
     as the triggerer finds it ($TOPOLOGY_REDIS_URL or the project-local one)."""
-    trigger = TopologyCommitTrigger(topology_id, redis_url, kinds=kinds)
+    trigger = TopologyCommitTrigger(topology_id, redis_url, kinds=_kinds(kinds, "topology_asset"))
     return Asset(name=name, uri=uri or f"topology://{topology_id}/{name}",
                  watchers=[AssetWatcher(name=f"{topology_id}-commits", trigger=trigger)])

@@ -17,6 +17,7 @@ from .components import (
 )
 from .config import check_topology_conf
 from .groupings import CustomStreamGrouping
+from .names import name_list
 
 SHUFFLE, FIELDS, GLOBAL, ALL, DIRECT, LOCAL_OR_SHUFFLE, NONE = (
     "shuffle", "fields", "global", "all", "direct", "local_or_shuffle", "none",
@@ -93,16 +94,20 @@ class InputDeclarer:
     def _add(self, kind: str, component: str, stream: str, fields: Sequence[str] = (), custom: Any = None) -> InputDeclarer:
         if not isinstance(component, str):
             raise TopologyError(f"bolt {self._spec.id!r}: {kind} grouping needs a component id, got {component!r}")
-        if isinstance(fields, str):
-            fields = [fields]
         self._spec.inputs.append(Grouping(component, stream, kind, tuple(fields), custom))
         return self
+
+    def _fields(self, method: str, component: str, fields: Sequence[str]) -> list[str]:
+        # Refused here, not read as one field per character; an empty list is reported by
+        # create_topology with every other problem.
+        return name_list(fields, "fields", f"bolt {self._spec.id!r}: {method}({component!r}, ...)",
+                         allow_empty=True, error=TopologyError)
 
     def shuffle_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> InputDeclarer:
         return self._add(SHUFFLE, component, stream)
 
     def fields_grouping(self, component: str, fields: Sequence[str], stream: str = DEFAULT_STREAM) -> InputDeclarer:
-        return self._add(FIELDS, component, stream, fields)
+        return self._add(FIELDS, component, stream, self._fields("fields_grouping", component, fields))
 
     def global_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> InputDeclarer:
         return self._add(GLOBAL, component, stream)
@@ -122,7 +127,7 @@ class InputDeclarer:
     def partial_key_grouping(self, component: str, fields: Sequence[str], stream: str = DEFAULT_STREAM) -> InputDeclarer:
         """Storm's PartialKeyGrouping: each key has two candidate tasks; each emitting task sends
         to whichever of the two it has sent fewer tuples so far (a key may reach both)."""
-        return self._add(PARTIAL_KEY, component, stream, fields)
+        return self._add(PARTIAL_KEY, component, stream, self._fields("partial_key_grouping", component, fields))
 
     def custom_grouping(self, component: str, grouping: CustomStreamGrouping,
                         stream: str = DEFAULT_STREAM) -> InputDeclarer:

@@ -60,12 +60,8 @@ def declared_streams(component: Any, component_id: str = "?") -> dict[str, Strea
     for name, decl in items:
         if not isinstance(name, str) or not name:
             raise TypeError(f"component {component_id!r}: stream names must be non-empty strings")
-        s = decl if isinstance(decl, Stream) else Stream(list(decl))
-        for f in s.fields:
-            if not isinstance(f, str):
-                raise TypeError(
-                    f"component {component_id!r}, stream {name!r}: field names must be strings, got {f!r}"
-                )
+        s = decl if isinstance(decl, Stream) else \
+            Stream(name_list(decl, f"outputs[{name!r}]", f"component {component_id!r}", allow_empty=True))
         if len(set(s.fields)) != len(s.fields):
             raise ValueError(f"component {component_id!r}, stream {name!r}: duplicate field names {s.fields}")
         streams[name] = s

@@ -34,11 +34,13 @@ DEFAULTS: dict[str, Any] = {
     "topology.transfer.batch.size": 1000,
     "topology.transfer.buffer.size": 64,
     "topology.executor.receive.buffer.size": 1024,
-    # A batch between workers: a larger one is sent in halves; only a single tuple over it is
-    # refused (it times out and replays).
+    # The largest message between workers. A batch over it is sent in halves until each part
+    # fits, so it only bounds a single tuple (one over it is refused, times out and replays). As
+    # large as the credit window: what one peer makes a worker hold stays within the window.
     "topology.transfer.max.message.bytes": 64 << 20,
     # Credit window: bytes of batches a worker may have sent to one peer that the peer has not
-    # worked through yet; what a peer can make a worker buffer for it (0: no window).
+    # worked through yet; what a peer can make a worker buffer for it, the receiver holding each
+    # sender to max(window, max message) (0: no window).
     "topology.transfer.peer.window.bytes": 64 << 20,
     # CurveZMQ encryption and authentication of every worker and control socket (keys derived
     # from the run's secret); false: plaintext with a keyed MAC per message. docs/security.md.

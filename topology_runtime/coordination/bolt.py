@@ -36,6 +36,7 @@ from typing import Any
 
 from ..api.builder import InputDeclarer, TopologyBuilder
 from ..api.components import BasicBolt, Bolt, FailedException, Stream, Tuple, declared_streams
+from ..api.names import name_list
 from .batch import BatchBolt
 from .streams import COORD_FIELDS, COORD_STREAM
 from .tracker import CoordinatedTracker, Finish
@@ -80,7 +81,10 @@ class CoordinatedBolt(Bolt):
                 raise ValueError(f"CoordinatedBolt sources[{comp!r}]: 'single' or 'all', got {kind!r}")
         self.delegate = bolt
         self.sources = dict(sources) if sources is not None else None
-        self.downstream = list(downstream) if downstream is not None else None
+        self.downstream = name_list(downstream, "downstream", "CoordinatedBolt", allow_empty=True) \
+            if downstream is not None else None
+        if id_stream is not None and (isinstance(id_stream, (str, bytes)) or len(id_stream) != 2):
+            raise ValueError(f"CoordinatedBolt: id_stream must be a (component, stream) pair, got {id_stream!r}")
         self.id_stream = tuple(id_stream) if id_stream is not None else None
         self.ids = ids
         self.rotate_secs = rotate_secs

@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..api.builder import Topology, TopologyBuilder
+from ..api.builder import Topology, TopologyBuilder, TopologyError
+from ..api.names import name_list
 from ..coordination.bolt import ALL, SINGLE, TICK_SECS, CoordinatedBolt, is_finisher
 from ..coordination.streams import COORD_STREAM
 from .protocol import check_function
@@ -36,7 +37,8 @@ class LinearDRPCInputDeclarer:
         return self._add("shuffle_grouping", stream=stream)
 
     def fields_grouping(self, fields: Sequence[str], stream: str = "default") -> LinearDRPCInputDeclarer:
-        return self._add("fields_grouping", list(fields), stream=stream)
+        return self._add("fields_grouping", name_list(fields, "fields", "LinearDRPCInputDeclarer.fields_grouping",
+                                                      allow_empty=True, error=TopologyError), stream=stream)
 
     def global_grouping(self, stream: str = "default") -> LinearDRPCInputDeclarer:
         return self._add("global_grouping", stream=stream)

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..api.components import Spout
+from ..api.names import name_list
 
 
 class FixedTupleSpout(Spout):
@@ -16,8 +17,11 @@ class FixedTupleSpout(Spout):
     the parallelism)."""
 
     def __init__(self, tuples: Sequence[Sequence[Any]], fields: Sequence[str]) -> None:
+        if isinstance(tuples, (str, bytes)) or any(isinstance(t, (str, bytes)) for t in tuples):
+            raise ValueError(f"FixedTupleSpout: tuples must be a list of value lists, got {tuples!r} "
+                             "(for one value per tuple write [['a'], ['b']])")
         self.tuples = [list(t) for t in tuples]
-        self.outputs = list(fields)
+        self.outputs = name_list(fields, "fields", "FixedTupleSpout")
 
     def open(self, conf, context) -> None:
         n, i = len(context.component_tasks(context.component_id)), context.task_index

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..api.builder import Topology, TopologyBuilder, TopologyError
+from ..api.names import name_list
 from ..coordination.bolt import ALL, CoordinatedBolt
 from ..coordination.streams import BATCH_STREAM, COMMIT_STREAM, COORD_STREAM, ROWS_STREAM
 from .batch_executor import BATCH, AttemptIds, BatchBoltExecutor, SpoutBatchExecutor, bolt_kind, is_committer
@@ -24,7 +25,9 @@ class _Declarer:
         return self._add("shuffle_grouping", component, stream=stream)
 
     def fields_grouping(self, component: str, fields: Sequence[str], stream: str = "default") -> _Declarer:
-        return self._add("fields_grouping", component, fields, stream=stream)
+        return self._add("fields_grouping", component, name_list(
+            fields, "fields", f"bolt {self._id!r}: fields_grouping({component!r}, ...)", allow_empty=True,
+            error=TopologyError), stream=stream)
 
     def global_grouping(self, component: str, stream: str = "default") -> _Declarer:
         return self._add("global_grouping", component, stream=stream)

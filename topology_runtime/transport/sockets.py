@@ -13,7 +13,9 @@ Knows nothing of topologies. Two modes, both keyed by the per-run secret:
 * **MAC** (``curve=False``, or a libzmq without CURVE): plaintext, three frames: a keyed BLAKE2b
   MAC over the header, the payload and the address of the process it is meant for, then the
   header and the payload. Replays are refused by the (epoch, seq) order, a message captured for
-  an earlier incarnation of a process fails the MAC of the new one (a new address).
+  an earlier incarnation of a process fails the MAC of the new one (a new address). Connections
+  are admitted at the handshake by a token derived from the secret (``admission``), so a
+  stranger's frames are not buffered up to the MAC check either.
 
 A receiver drops (and counts), never decodes, a message of the wrong shape or order (or MAC).
 Every socket caps the size of what it accepts. Payloads are msgpack only: nothing from the
@@ -35,6 +37,7 @@ from typing import Any
 import msgpack
 import zmq
 
+from .admission import ZapHandler, plain_client, plain_server
 from .messages import ControlMessage, ControlMessageError, parse
 
 log = logging.getLogger(__name__)
@@ -43,7 +46,11 @@ _MAC_SIZE = 16
 _HEADER = struct.Struct("!IQQ")  # sender, epoch, seq
 SUPERVISOR = 0xFFFFFFFF  # the sender id of the supervisor's control messages
 CONTROL_MAX_BYTES = 16 << 20  # a control message: stats, errors with tracebacks, a peer table
-DATA_MAX_BYTES = 64 << 20  # default cap of one batch between workers (a larger batch is sent in halves)
+# Default cap of one message between workers. The sender halves a batch over it until each part
+# fits, so it never limits batches, only a single tuple: it is the largest tuple one can send
+# (docs/configuration.md). As large as the credit window: what one peer makes a worker hold is
+# then bounded by the window, whether its batches are small or one tuple is that large.
+DATA_MAX_BYTES = 64 << 20
 DATA_WINDOW_BYTES = 64 << 20  # default credit window: bytes a worker may have unconsumed at one peer
 # A payload that starts with this byte is a credit ([marker, bytes consumed]): 0xc1 is never the
 # first byte of msgpack, so no batch is mistaken for one.
@@ -76,6 +83,21 @@ def curve_server(sock: zmq.Socket, secret: bytes) -> None:
     public, secret_key = curve_keys(secret)
     sock.curve_server = True
     sock.curve_publickey, sock.curve_secretkey = public, secret_key
+
+
+def _server(sock: zmq.Socket, secret: bytes, curve: bool) -> None:
+    """CURVE, or PLAIN admitted by the context's ZapHandler (the caller starts it)."""
+    if curve:
+        curve_server(sock, secret)
+    else:
+        plain_server(sock)
+
+
+def _client(sock: zmq.Socket, secret: bytes, curve: bool) -> None:
+    if curve:
+        curve_client(sock, secret)
+    else:
+        plain_client(sock, secret)
 
 
 def curve_client(sock: zmq.Socket, secret: bytes) -> None:
@@ -153,6 +175,11 @@ class DataTransport:
     its producers instead of buffering without end, and no peer can make it hold more than
     about ``window`` bytes, whatever its batches weigh. Headers are stamped when a message
     leaves, so credits, which overtake the backlog, keep each sender's sequence growing.
+
+    The receiver holds its peers to it: per sender (incarnation), the bytes it read and has not
+    worked through never exceed ``max(window, max_bytes)``, what a sender keeping to its window
+    can have outstanding; a batch beyond that is dropped unread (``over_window``), its tuples
+    replay. Two dict updates per message, nothing per tuple.
     """
 
     def __init__(self, secret: bytes, send_hwm: int = 64, recv_hwm: int = 1024, host: str = "127.0.0.1",
@@ -165,12 +192,12 @@ class DataTransport:
         self.send_hwm = send_hwm
         self.max_bytes = max_bytes
         self.window = window or 0  # 0: no credit window
+        self._zap = None if curve else ZapHandler(self.ctx, secret)
         self.pull = self.ctx.socket(zmq.PULL)
         self.pull.setsockopt(zmq.RCVHWM, recv_hwm)
         self.pull.setsockopt(zmq.LINGER, 0)
         self.pull.setsockopt(zmq.MAXMSGSIZE, max_bytes)  # larger: the sender is disconnected
-        if curve:
-            curve_server(self.pull, secret)
+        _server(self.pull, secret, curve)
         self.peers: dict[int, zmq.Socket] = {}
         self.peer_dest: dict[int, bytes] = {}
         self.backlog: dict[int, deque] = {}
@@ -180,6 +207,11 @@ class DataTransport:
         self._unpaid: deque[list] = deque()
         self._owed: dict[int, int] = {}  # per sender: credit not sent yet
         self._paid_at: dict[int, float] = {}
+        # Per sender: bytes read and not worked through yet, and the incarnation they are of.
+        self._held: dict[int, int] = {}
+        self._epoch: dict[int, int] = {}
+        self.held_limit = max(self.window, max_bytes) if self.window else 0
+        self.over_window = 0  # batches dropped because their sender ignored its credit window
         self.window_waits = 0  # times a batch waited for credit (the peer consumes slower than this produces)
         self._sender = _Sender(sender, epoch)
         self._receiver: _Receiver | None = None
@@ -206,8 +238,7 @@ class DataTransport:
         s = self.ctx.socket(zmq.PUSH)
         s.setsockopt(zmq.SNDHWM, self.send_hwm)
         s.setsockopt(zmq.LINGER, 0)
-        if self.curve:
-            curve_client(s, self.secret)
+        _client(s, self.secret, self.curve)
         s.connect(address)
         self.peers[peer] = s
         self.peer_dest[peer] = address.encode()
@@ -221,17 +252,19 @@ class DataTransport:
             return header, payload
         return _mac(self.secret, self.peer_dest[peer], header, payload), header, payload
 
-    def send(self, peer: int, payload: bytes) -> None:
+    def send(self, peer: int, payload: bytes) -> bool:
+        """Queue ``payload`` for ``peer``; False if it is over the cap (refused, logged)."""
         if len(payload) > self.max_bytes:  # the peer would drop the connection: say why here
             self.oversized += 1
             log.error("a batch of %d bytes for worker %d is over the %d-byte cap; dropped (its tuples time "
                       "out and replay). Emit smaller tuples or raise topology.transfer.max.message.bytes",
                       len(payload), peer, self.max_bytes)
-            return
+            return False
         q = self.backlog[peer]
         q.append(payload)
         if len(q) == 1:
             self._flush_peer(peer, q)
+        return True
 
     def _flush_peer(self, peer: int, q: deque) -> None:
         sock, window = self.peers[peer], self.window
@@ -260,6 +293,7 @@ class DataTransport:
     def recv_payloads(self, limit: int) -> list[bytes]:
         out = []
         pull, check, unpaid = self.pull, self._receiver.check, self._unpaid
+        held, epochs, held_limit = self._held, self._epoch, self.held_limit
         for _ in range(limit):
             try:
                 frames = pull.recv_multipart(flags=zmq.NOBLOCK)
@@ -268,16 +302,34 @@ class DataTransport:
             got = check(frames)
             if got is None:
                 continue
-            sender, _, payload = got
+            sender, epoch, payload = got
             if payload[:1] == b"\xc1" and len(payload) == _CREDIT_MSG.size:
-                held = self.unconsumed.get(sender)
-                if held is not None:
-                    self.unconsumed[sender] = max(0, held - _CREDIT_MSG.unpack(payload)[1])
+                sent = self.unconsumed.get(sender)
+                if sent is not None:
+                    self.unconsumed[sender] = max(0, sent - _CREDIT_MSG.unpack(payload)[1])
                 continue
+            if held_limit:
+                if epochs.get(sender) != epoch:
+                    # A new incarnation starts with its own window: what its predecessor left in
+                    # the queue is not its debt, nor is the credit for it its due.
+                    epochs[sender], held[sender] = epoch, 0
+                    self._owed.pop(sender, None)
+                n = len(payload)
+                h = held[sender] + n
+                if h > held_limit:
+                    self._over_window(sender, n)
+                    continue
+                held[sender] = h
+                unpaid.append([sender, n, None, epoch])
             out.append(payload)
-            if self.window:
-                unpaid.append([sender, len(payload), None])
         return out
+
+    def _over_window(self, sender: int, n: int) -> None:
+        self.over_window += 1
+        if self.over_window in (1, 10, 100) or self.over_window % 1000 == 0:
+            log.error("data: dropped %d batch(es) from senders past their credit window (last: %d bytes from "
+                      "worker %d, which holds %d unworked bytes here; the limit is %d)", self.over_window, n,
+                      sender, self._held[sender], self.held_limit)
 
     def queued(self, position: int) -> None:
         """The batches read so far put their tuples at or before ``position`` of the caller's
@@ -292,10 +344,12 @@ class DataTransport:
         of those batches back, a quarter window at a time, or what is owed every few ms."""
         if not self.window:
             return
-        owed, unpaid = self._owed, self._unpaid
+        owed, unpaid, held, epochs = self._owed, self._unpaid, self._held, self._epoch
         while unpaid and unpaid[0][2] is not None and unpaid[0][2] <= done:
-            sender, n, _ = unpaid.popleft()
-            owed[sender] = owed.get(sender, 0) + n
+            sender, n, _, epoch = unpaid.popleft()
+            if epochs.get(sender) == epoch:  # else its sender restarted since: nobody to pay
+                held[sender] -= n
+                owed[sender] = owed.get(sender, 0) + n
         quarter = self.window // 4
         for sender, n in owed.items():
             if not n or (n < quarter and now - self._paid_at.get(sender, 0.0) < _CREDIT_EVERY_SECS):
@@ -338,11 +392,11 @@ class ControlServer:
         self.secret = secret
         self.curve = curve
         self.ctx = zmq.Context()
+        self._zap = None if curve else ZapHandler(self.ctx, secret)
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.MAXMSGSIZE, CONTROL_MAX_BYTES)
-        if curve:
-            curve_server(self.sock, secret)
+        _server(self.sock, secret, curve)
         port = self.sock.bind_to_random_port(f"tcp://{host}")
         self.address = f"tcp://{host}:{port}"
         self._receiver = _Receiver(secret, self.address, "control", curve)
@@ -407,8 +461,7 @@ class ControlClient:
         self.sock = ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 2000)
         self.sock.setsockopt(zmq.MAXMSGSIZE, CONTROL_MAX_BYTES)
-        if curve:
-            curve_client(self.sock, secret)
+        _client(self.sock, secret, curve)
         self.sock.connect(address)
         self._sender = _Sender(sender, epoch)
         self._receiver = _Receiver(secret, me, "control", curve)

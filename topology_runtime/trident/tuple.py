@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..api.builder import TopologyError
+from ..api.names import name_list
 
 
 class TridentError(TopologyError):
@@ -24,6 +25,8 @@ class TridentTuple:
     __slots__ = ("fields", "_positions", "_index", "_row")
 
     def __init__(self, fields: Sequence[str], positions: Sequence[int]) -> None:
+        if isinstance(fields, (str, bytes)):  # one isinstance only: reducers build a view per row
+            name_list(fields, "fields", "TridentTuple")
         self.fields = list(fields)
         self._positions = tuple(positions)
         self._index = {f: i for i, f in enumerate(self.fields)}

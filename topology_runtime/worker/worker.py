@@ -13,7 +13,7 @@ import logging
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import zmq
@@ -51,7 +51,7 @@ class WorkerSpec:
     index: int
     incarnation: int
     control_address: str
-    secret: bytes
+    secret: bytes = field(repr=False)  # a logged or raised spec must not carry it
     host: str = "127.0.0.1"
     token: int | None = None  # the run's fencing token (state/fencing.py): every state write carries it
 
@@ -466,17 +466,18 @@ class Worker:
         if ob is None or not any(ob):
             return
         payload = pack([self.index, *ob])
-        if len(payload) > self.transport.max_bytes and len(ob[0]) > 1:
+        if len(payload) > self.transport.max_bytes and (len(ob[0]) > 1 or (ob[0] and any(ob[1:]))):
             # Over the message cap (large tuples): two halves in order, acker messages with the
-            # first. Only a single tuple over the cap is refused (transport.send says why).
+            # first; a single tuple goes alone. Only a single tuple over the cap is refused
+            # (transport.send says why): what rode with it must not go down with it.
             half = len(ob[0]) // 2
             self.outbox[w] = [ob[0][:half], *ob[1:]]
             self._send_peer(w)
             self.outbox[w] = [ob[0][half:], [], [], [], [], []]
             self._send_peer(w)
             return
-        self.transport.send(w, payload)
-        self.sent_batches += 1
+        if self.transport.send(w, payload):
+            self.sent_batches += 1  # a refused one is not awaited by a bounded run's end
 
     def _shutdown(self) -> None:
         for r in self.off_loop_runners.values():
