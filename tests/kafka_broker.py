@@ -87,6 +87,29 @@ class TansuBroker:
         finally:
             c.close()
 
+    def committed(self, group: str, topic: str) -> dict[int, int]:
+        """``group``'s committed offset per partition of ``topic`` (negative: none), read
+        without joining the group."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        c = Consumer({"bootstrap.servers": self.servers, "group.id": group})
+        try:
+            parts = c.list_topics(topic, timeout=10).topics[topic].partitions
+            return {tp.partition: tp.offset for tp in c.committed([TopicPartition(topic, p) for p in parts], timeout=10)}
+        finally:
+            c.close()
+
+    def seed_group(self, group: str, topic: str, offsets: dict[int, int]) -> None:
+        """Commit ``offsets`` for ``group`` without joining it: how a test resumes consumers after
+        a stop or a kill on Tansu, which keeps a departed member as the old group's leader."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        c = Consumer({"bootstrap.servers": self.servers, "group.id": group})
+        try:
+            c.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
+        finally:
+            c.close()
+
 
 # Consumer settings for tests: librdkafka's 45 s session timeout makes a group take ~25 s to form
 # on Tansu; with these it forms in a few seconds.

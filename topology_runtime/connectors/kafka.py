@@ -5,11 +5,13 @@ once the broker confirmed its delivery. The transactional spouts are in kafka_tr
 ``KafkaSpout`` commits a partition's offset only past its fully acked prefix
 (kafka_offsets.py), so a crash replays from the first unacked record and never skips one; a
 failed record is re-emitted from memory and, past ``max_fails`` failures, goes to the dead
-letters (a Redis list, as the Redis spouts' when the run has a Redis). A partition revoked in a
-rebalance is committed as far as it was acked, then forgotten: later acks of its records are
-not written into the offsets of the member that owns it now (which replays the rest).
+letters (a Redis list, as the Redis spouts'; logged and dropped when the run has no Redis). A
+partition revoked in a rebalance is committed as far as it was acked, then forgotten: later acks
+of its records are not written into the offsets of the member that owns it now (which replays
+the rest).
 Broker calls are batched: one ``consume`` per ``next_tuple``, commits at most every
-``commit_interval_ms``.
+``commit_interval_ms``; a commit counts once the broker confirmed it (a failed one is sent again,
+``close`` commits synchronously what was not confirmed).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 
 from ..api.components import Bolt, Spout, TopologyContext, Tuple
 from ..api.names import name_list
-from .kafka_offsets import OffsetManager
+from .kafka_offsets import OffsetManager, TopicPartitionKey
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,7 @@ def bootstrap_servers(conf: dict, given: str | None, where: str) -> str:
 
 
 def check_fields(fields: Any, where: str) -> list[str]:
+    """``fields`` as a list of record parts; a bare string is refused (not read as letters)."""
     fields = name_list(fields, "fields", where)
     bad = [f for f in fields if f not in RECORD_FIELDS]
     if bad:
@@ -53,13 +56,23 @@ def check_fields(fields: Any, where: str) -> list[str]:
     return fields
 
 
-def topic_partitions(client: Any, topics: list[str], servers: str, where: str) -> dict[str, int]:
+def deserializer_failed(where: str, deserializer: Any, msg: Any, e: BaseException) -> str:
+    """What a failing deserializer broke on: it, the record's topic, partition and offset."""
+    name = getattr(deserializer, "__name__", None) or repr(deserializer)
+    return (f"{where}: deserializer {name} failed on topic {msg.topic()!r} partition {msg.partition()} "
+            f"offset {msg.offset()}: {type(e).__name__}: {e}")
+
+
+def topic_partitions(client: Any, topics: list[str], servers: str, where: str, ask_all: bool = False) -> dict[str, int]:
     """Each topic's number of partitions, from the broker; ConnectionError naming the servers
-    when it cannot be reached, LookupError naming the topics that do not exist."""
+    when it cannot be reached, LookupError naming the topics that do not exist. ``ask_all``:
+    one request for every topic, naming none, for a producer's or admin client's handle, whose
+    request for one missing topic creates it where brokers auto-create topics (a consumer's
+    does not)."""
     from confluent_kafka import KafkaError, KafkaException
 
     try:
-        meta = client.list_topics(timeout=METADATA_TIMEOUT_SECS) if len(topics) != 1 else \
+        meta = client.list_topics(timeout=METADATA_TIMEOUT_SECS) if ask_all or len(topics) != 1 else \
             client.list_topics(topics[0], timeout=METADATA_TIMEOUT_SECS)
     except KafkaException as e:
         raise ConnectionError(f"{where}: cannot reach the Kafka brokers {servers!r} within "
@@ -95,7 +108,7 @@ class KafkaSpout(Spout):
                  consumer_conf: dict[str, Any] | None = None) -> None:
         where = f"KafkaSpout({topics!r})"
         self.topics = name_list(topics, "topics", "KafkaSpout")
-        self.fields = check_fields(list(fields), where)
+        self.fields = check_fields(fields, where)
         if start not in ("earliest", "latest"):
             raise ValueError(f"{where}: start must be 'earliest' or 'latest', got {start!r}")
         if max_fails is not None and max_fails < 0:
@@ -120,7 +133,7 @@ class KafkaSpout(Spout):
             "bootstrap.servers": self.bootstrap_servers, "group.id": self.group_id,
             "enable.auto.commit": False, "auto.offset.reset": self.start, "enable.partition.eof": True,
             "client.id": f"{context.topology_id or 'topology'}-{context.component_id}-{context.task_index}",
-            **self.consumer_conf})
+            **self.consumer_conf, "on_commit": self._on_commit})
         try:
             topic_partitions(self._consumer, self.topics, self.bootstrap_servers, self._where)
         except Exception:
@@ -185,8 +198,7 @@ class KafkaSpout(Spout):
             try:
                 values = self._values(msg)
             except Exception as e:  # noqa: BLE001 - the deserializer is the user's
-                self.fail_run(f"{self._where}: deserializer {getattr(self.deserializer, '__name__', '?')} failed on "
-                              f"topic {key[0]!r} partition {key[1]} offset {key[2]}: {type(e).__name__}: {e}")
+                self.fail_run(deserializer_failed(self._where, self.deserializer, msg, e))
                 raise
             self._offsets.emitted(key[:2], key[2])
             self._records[key] = values
@@ -240,20 +252,43 @@ class KafkaSpout(Spout):
             self._commit(sync=False)
 
     def _commit(self, sync: bool, only: set | None = None) -> None:
+        """Commit what is acked. Asynchronous: done when ``_on_commit`` confirms it, sent again
+        at the next commit if it failed. Synchronous (revoke, close): also what was sent and not
+        confirmed, since no callback will come for it any more."""
         from confluent_kafka import KafkaException, TopicPartition
 
-        points = self._offsets.to_commit()
+        points = self._offsets.to_commit(resend=sync)
         if only is not None:
             points = {tp: o for tp, o in points.items() if tp in only}
         if not points or self._consumer is None:
             return
+        offsets = [TopicPartition(t, p, o) for (t, p), o in points.items()]
+        if not sync:
+            self._offsets.sent(points)
         try:
-            self._consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in points.items()],
-                                  asynchronous=not sync)
-        except KafkaException as e:  # the next commit covers it; a crash replays from the last one
+            result = self._consumer.commit(offsets=offsets, asynchronous=not sync)
+        except KafkaException as e:  # sent again by the next commit; a crash replays from the last one
             log.warning("%s: commit of %s failed: %s", self._where, points, e)
+            self._offsets.commit_failed(points)
             return
-        self._offsets.committed(points)
+        if sync:
+            self._confirmed(None, result or [])
+
+    def _on_commit(self, err: Any, partitions: list) -> None:
+        """librdkafka's answer to an asynchronous commit (served inside ``consume``)."""
+        self._confirmed(err, partitions)
+
+    def _confirmed(self, err: Any, partitions: list) -> None:
+        done: dict[TopicPartitionKey, int] = {}
+        failed: dict[TopicPartitionKey, int] = {}
+        for tp in partitions:
+            bad = err is not None or tp.error is not None
+            (failed if bad else done)[(tp.topic, tp.partition)] = tp.offset
+        self._offsets.committed(done)
+        if failed:
+            log.warning("%s: commit of %s failed: %s", self._where, failed,
+                        err or next(tp.error for tp in partitions if tp.error is not None))
+            self._offsets.commit_failed(failed)
 
 
 class _DeadLetters:
@@ -309,12 +344,16 @@ class KafkaBolt(Bolt):
 
     def prepare(self, conf: dict, context: TopologyContext) -> None:
         from confluent_kafka import Producer
+        from confluent_kafka.admin import AdminClient
 
         self._where = f"KafkaBolt in component {context.component_id!r}"
         self.bootstrap_servers = bootstrap_servers(conf, self.bootstrap_servers, self._where)
+        # Asked by an admin client, for every topic: a producer's metadata request for the topic
+        # would create it where brokers auto-create topics, and the bolt would write to a new one.
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, **self.producer_conf})
+        topic_partitions(admin, [self.topic], self.bootstrap_servers, self._where, ask_all=True)
         self._producer = Producer({"bootstrap.servers": self.bootstrap_servers, "enable.idempotence": True,
                                    "linger.ms": 5, **self.producer_conf})
-        topic_partitions(self._producer, [self.topic], self.bootstrap_servers, self._where)
         self._done: deque[tuple[Tuple, Any]] = deque()  # delivery reports, from the waiting thread
         self._waiting = False
 

@@ -23,8 +23,12 @@ from collections.abc import Callable
 from typing import Any
 
 from ..api.names import name_list
-from ..transactional.spouts import OpaquePartitionedTransactionalSpout, PartitionedTransactionalSpout
-from .kafka import bootstrap_servers, check_fields, topic_partitions
+from ..transactional.spouts import (
+    BatchCannotSucceed,
+    OpaquePartitionedTransactionalSpout,
+    PartitionedTransactionalSpout,
+)
+from .kafka import bootstrap_servers, check_fields, deserializer_failed, topic_partitions
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +42,7 @@ class _KafkaPartitions:
                  consumer_conf: dict[str, Any] | None = None) -> None:
         where = f"{type(self).__name__}({topics!r})"
         self.topics = name_list(topics, "topics", type(self).__name__)
-        self.fields = check_fields(list(fields), where)
+        self.fields = check_fields(fields, where)
         if start not in ("earliest", "latest"):
             raise ValueError(f"{where}: start must be 'earliest' or 'latest', got {start!r}")
         if max_records < 1:
@@ -48,11 +52,14 @@ class _KafkaPartitions:
         self.consumer_conf = dict(consumer_conf or {})
         self._consumer: Any = None
         self._partitions: list[tuple[str, int]] = []
+        self._where = where
 
     def open(self, conf: dict, context: Any = None) -> None:
         from confluent_kafka import Consumer
 
-        where = type(self).__name__ + (f" in component {context.component_id!r}" if context is not None else "")
+        if context is not None:
+            self._where = f"{type(self).__name__} in component {context.component_id!r}"
+        where = self._where
         self.bootstrap_servers = bootstrap_servers(conf, self.bootstrap_servers, where)
         # Each read is a seek and a fetch to the partition's end: a broker that holds an
         # unfilled fetch for its default 500 ms would cost that per partition per batch.
@@ -90,22 +97,27 @@ class _KafkaPartitions:
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
                         return out
-                    raise ConnectionError(f"{type(self).__name__}: topic {topic!r} partition {p}: {err}")
+                    raise ConnectionError(f"{self._where}: topic {topic!r} partition {p}: {err}")
                 out.append(m)
             if not msgs and time.monotonic() > deadline:
-                raise TimeoutError(f"{type(self).__name__}: topic {topic!r} partition {p} at offset {offset}: "
+                raise TimeoutError(f"{self._where}: topic {topic!r} partition {p} at offset {offset}: "
                                    f"no records and no end of partition within {READ_TIMEOUT_SECS:.0f}s")
         return out
 
     def _row(self, m: Any) -> list:
-        out = []
+        out: list = []
         for f in self.fields:
             if f in ("key", "value"):
                 raw = m.key() if f == "key" else m.value()
                 if raw is None:
                     out.append(None)
+                elif self.deserializer is None:
+                    out.append(raw.decode("utf-8"))
                 else:
-                    out.append(raw.decode("utf-8") if self.deserializer is None else self.deserializer(raw))
+                    try:
+                        out.append(self.deserializer(raw))
+                    except Exception as e:  # noqa: BLE001 - the deserializer is the user's
+                        raise BatchCannotSucceed(deserializer_failed(self._where, self.deserializer, m, e)) from e
             elif f == "timestamp":
                 out.append(m.timestamp()[1])
             else:
@@ -169,7 +181,7 @@ class KafkaOpaqueTransactionalSpout(_KafkaPartitions, OpaquePartitionedTransacti
             records = self._read(partition, self._start(after), self.max_records)
         except (ConnectionError, TimeoutError) as e:
             # Opaque: the batch goes on without this partition; the next batch reads its data.
-            log.warning("%s for batch %s: %s", type(self).__name__, tx, e)
+            log.warning("%s for batch %s: %s", self._where, tx, e)
             return last_meta
         return self._emit_records(records, emit, after)
 

@@ -17,13 +17,14 @@ from ..reliability.transactional import TransactionAttempt
 from .batch import Committer
 from .builder import TransactionalTopologyBuilder
 from .spouts import (
+    BatchCannotSucceed,
     MemoryTransactionalSpout,
     OpaquePartitionedTransactionalSpout,
     PartitionedTransactionalSpout,
     TransactionalSpout,
 )
 
-__all__ = ["BatchBolt", "Committer", "MemoryTransactionalSpout", "OpaquePartitionedTransactionalSpout",
+__all__ = ["BatchBolt", "BatchCannotSucceed", "Committer", "MemoryTransactionalSpout", "OpaquePartitionedTransactionalSpout",
            "PartitionedTransactionalSpout", "RedisStreamsOpaqueTransactionalSpout",
            "RedisStreamsTransactionalSpout", "TransactionAttempt", "TransactionalSpout",
            "TransactionalTopologyBuilder"]

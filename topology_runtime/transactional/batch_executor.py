@@ -33,6 +33,7 @@ from ..coordination.streams import ROWS_STREAM
 from ..reliability.transactional import TransactionAttempt
 from .batch import Committer
 from .emitter import TransactionalEmitter, open_state
+from .spouts import BatchCannotSucceed
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +179,7 @@ class _Executor(Bolt):
                 self._tx_state = open_state(self.conf, self.context, self.tx_id)
             self._tx_state.record_failure(attempt.txid, {
                 "attempt": attempt.attempt_id, "component": self.context.component_id, "task": self.context.task_id,
-                "error": f"{what}: {type(exc).__name__}: {exc}"[:2000]})
+                "error": f"{what}: {type(exc).__name__}: {exc}"[:2000], "final": isinstance(exc, BatchCannotSucceed)})
         except Exception as e:  # noqa: BLE001 - Redis lost: the batch fails all the same
             log.warning("failure of batch %s not recorded (%s: %s)", attempt, type(e).__name__, e)
 

@@ -26,7 +26,7 @@ from ..testing.faults import maybe_crash
 from .batch_executor import attempt_of, wire
 from .emitter import open_state
 from .progress import TxProgress
-from .spouts import is_generic, is_opaque
+from .spouts import is_generic, is_opaque, open_spout
 
 log = logging.getLogger(__name__)
 MAX_ATTEMPTS_KEY = "topology.transactional.max.attempts"
@@ -46,6 +46,11 @@ class TxSpoutState:
     def put(self, key: str, value: Any) -> None:
         value = json.loads(json.dumps(value))  # what a restart reads back; not JSON: raises here
         self.values[key] = self.pending[key] = value
+
+
+def is_final(record: dict | None, attempt: TransactionAttempt) -> bool:
+    """The attempt's failure record says no retry can help (spouts.BatchCannotSucceed)."""
+    return record is not None and record.get("attempt") == attempt.attempt_id and bool(record.get("final"))
 
 
 def failure_text(record: dict | None, attempt: TransactionAttempt, timeout: Any) -> str:
@@ -77,7 +82,7 @@ class CoordinatorSpout(Spout):
         if self.generic:
             self.spout.open(conf, context)
         else:
-            self.spout.open(conf)
+            open_spout(self.spout, conf, context)
         self.opaque = is_opaque(self.spout)
         self.n_partitions = self.spout.num_partitions() if self.opaque else 0  # for opaque commits
         current = cur if cur is not None else 1
@@ -236,10 +241,12 @@ class CoordinatorSpout(Spout):
     def _failed(self, a: TransactionAttempt, reason: str | None = None) -> None:
         """A failed attempt: logged with why (the failing component's record), replayed with every
         later batch in flight after a back-off, or, past topology.transactional.max.attempts
-        failures of the same txid, the end of the run (failed, naming component, txid and error)."""
+        failures of the same txid or at once when the failure was BatchCannotSucceed, the end of
+        the run (failed, naming component, txid and error)."""
         if not self.machine.is_current(a):
             self._emit(self.machine.fail(a))  # a stale attempt's late fail: nothing happens
             return
+        final = False
         if reason is None:
             try:
                 record = self.state.failure(a.txid)
@@ -247,13 +254,15 @@ class CoordinatorSpout(Spout):
                 record = {"attempt": a.attempt_id, "component": "?", "task": "?",
                           "error": f"(the failure record could not be read: {type(e).__name__}: {e})"}
             reason = failure_text(record, a, self.timeout)
+            final = is_final(record, a)
         n = self.machine.failures.get(a.txid, 0) + 1
         limit = self.machine.max_attempts
         self.progress.failed(a.txid, n, reason)
         out = self.machine.fail(a)
-        if self.machine.gave_up is not None:
-            error = (f"transactional {self.tx_id}: batch txid {a.txid} failed {n} time(s), the limit "
-                     f"({MAX_ATTEMPTS_KEY}={limit}); last failure: {reason}")
+        if final or self.machine.gave_up is not None:
+            error = (f"transactional {self.tx_id}: batch txid {a.txid} cannot succeed, not retried: {reason}" if final
+                     else f"transactional {self.tx_id}: batch txid {a.txid} failed {n} time(s), the limit "
+                          f"({MAX_ATTEMPTS_KEY}={limit}); last failure: {reason}")
             self.done = True
             self._report(force=True)
             self.fail_run(error)

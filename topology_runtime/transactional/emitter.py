@@ -16,7 +16,7 @@ from state.transactional import TransactionalState
 
 from ..api.config import fencing_token, state_redis_url, state_replication
 from ..reliability.transactional import TransactionAttempt, opaque_last_meta
-from .spouts import is_generic, is_opaque
+from .spouts import is_generic, is_opaque, open_spout
 
 NEEDS_REDIS = "a transactional topology (txids and batch metadata)"
 
@@ -47,7 +47,7 @@ class TransactionalEmitter:
         if is_generic(spout):  # no partitions: the metadata arrives with the batch tuple
             spout.open(conf, context)
             return cls(spout, state, [])
-        spout.open(conf)
+        open_spout(spout, conf, context)
         n = spout.num_partitions()
         return cls(spout, state, [p for p in range(n) if p % context.parallelism == context.task_index])
 

@@ -9,6 +9,27 @@ from typing import Any
 from ..api.names import name_list
 
 
+class BatchCannotSucceed(Exception):
+    """Raised by a transactional spout or bolt when no attempt of the batch can succeed (a
+    record its deserializer cannot read): the run fails at once with the message, instead of
+    after ``topology.transactional.max.attempts`` attempts with back-off."""
+
+
+def open_spout(spout: Any, conf: dict, context: Any) -> None:
+    """A partitioned spout's ``open(conf)``, or ``open(conf, context)`` when it takes a second
+    argument (to name its component in its errors)."""
+    import inspect
+
+    try:
+        takes_context = len(inspect.signature(spout.open).parameters) >= 2
+    except (TypeError, ValueError):
+        takes_context = False
+    if takes_context:
+        spout.open(conf, context)
+    else:
+        spout.open(conf)
+
+
 class PartitionedTransactionalSpout:
     """A spout whose batches are per-partition slices that replay identically.
 
