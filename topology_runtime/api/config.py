@@ -329,11 +329,16 @@ def state_replication(conf: Mapping[str, Any]) -> tuple[int, int]:
 DEFAULT_MAX_SPOUT_PENDING = 1000
 
 
-def spout_pending_limits(conf: Mapping[str, Any]) -> tuple[int, int | None]:
-    """``(trees, bytes)`` a spout task may have pending under ``conf`` (its component's)."""
+def spout_pending_limits(conf: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """``(trees, bytes)`` a spout task may have pending under ``conf`` (its component's). In
+    exactly-once mode pending means emitted and not yet committed, a checkpoint interval's
+    worth: the default tree count would cap a spout at that many tuples per interval, so only
+    a count the user set applies there, beside the byte bound."""
     n = conf.get("topology.max.spout.pending")
     b = conf.get("topology.max.spout.pending.bytes", DEFAULTS["topology.max.spout.pending.bytes"])
-    return (DEFAULT_MAX_SPOUT_PENDING if n is None else int(n)), (None if b is None else int(b))
+    if n is None and not conf.get("topology.state.exactly.once"):
+        n = DEFAULT_MAX_SPOUT_PENDING
+    return (None if n is None else int(n)), (None if b is None else int(b))
 
 
 # Set by the worker, never by a user (an unknown key there): the run's fencing token, which every

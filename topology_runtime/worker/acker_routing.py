@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from ..reliability import FAIL
 from .acker_executor import AckerExecutor
 
 # Indices of the sections of a batch between workers.
@@ -47,6 +48,15 @@ class AckerRouting:
         else:
             self._outbox_for_task(outcome.spout_task)[OUTCOMES].append(
                 (outcome.spout_task, outcome.kind, outcome.root))
+
+    def lineage_failed(self, spout_task: int, root: int) -> None:
+        """Exactly-once: a bolt failed a data tuple of ``root``; its spout task hears it as a
+        FAIL outcome, like one from an acker (local: now; remote: with the next batch)."""
+        sp = self.local_spouts.get(spout_task)
+        if sp is not None:
+            sp.on_outcome(FAIL, root)
+        elif spout_task in self.task_worker:
+            self._outbox_for_task(spout_task)[OUTCOMES].append((spout_task, FAIL, root))
 
     def apply(self, inits: Iterable, acks: Iterable, fails: Iterable, resets: Iterable) -> None:
         acker_for = self._acker_for

@@ -1,6 +1,10 @@
 """The bolt executor: the collector a bolt calls (emit, ack, fail, emitters for bulk emits, work
 off the loop) and the execution of its input tuples, with BasicBolt's automatic acking.
-Checkpointing and barrier alignment wrap ``process`` (checkpoints.py)."""
+Checkpointing and barrier alignment wrap ``process`` (checkpoints.py).
+
+In exactly-once mode the ackers track barriers only: a data tuple carries its spout root
+unchanged (reliability/lineage.py), an ack only counts, and a fail goes straight to the spout
+task that emitted the root, which names the entry and asks for the rollback."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from random import getrandbits
 from typing import Any
 
 from ..api.components import DEFAULT_STREAM, TICK_INFO, FailedException, Tuple
+from ..reliability.lineage import spout_task_of
 from ..transport.wire import check_values
 from .executor_base import BaseExecutor, EmitError
 from .port import WorkerPort
@@ -31,6 +36,11 @@ class BoltExecutor(BaseExecutor):
         self.current: Tuple | None = None
         self.tracking = port.n_ackers > 0
         self._execute = instance.execute
+        # What an input's ack and fail do: acker trees, or (exactly-once) lineage only.
+        self._ack_in, self._fail_in, reset = self.ack, self.fail, self.reset_timeout
+        if port.exactly_once:
+            self._send = self._send_lineage  # type: ignore[method-assign]
+            self._ack_in, self._fail_in, reset = self._count_ack, self._fail_lineage, _ignore_ack
         # Bind the collector methods on the instance: user calls skip a frame.
         instance.emit = self.emit
         instance.emit_direct = self.emit_direct
@@ -39,9 +49,9 @@ class BoltExecutor(BaseExecutor):
         instance.chunk_emitter = self.chunk_emitter
         # A BasicBolt's input is acked by the runtime after execute; an explicit ack on top would
         # XOR the same edge twice and the tree would never complete, so it is a no-op there.
-        instance.ack = _ignore_ack if basic else self.ack
-        instance.fail = self.fail
-        instance.reset_timeout = self.reset_timeout
+        instance.ack = _ignore_ack if basic else self._ack_in
+        instance.fail = self._fail_in
+        instance.reset_timeout = reset
         instance.run_off_loop = self.run_off_loop
         instance.report_error = self.report_error  # for errors caught by the bolt itself (window evaluations)
 
@@ -105,6 +115,42 @@ class BoltExecutor(BaseExecutor):
         self._send(route, values, targets, anchors)
         return targets
 
+    def _send_lineage(self, route: Route, values: list, targets: list[int], anchors) -> None:
+        """Exactly-once data: the output carries its inputs' spout roots as they are (one shared
+        dict for a single anchor), no edges, nothing for an acker."""
+        self.stats.emitted += 1
+        deliver = self.port.deliver
+        info = route.info
+        if anchors is None:
+            anchors = self.current
+        if anchors is None:
+            out = None
+        elif type(anchors) is Tuple:
+            out = anchors.anchors or None
+        else:
+            out = {}
+            for a in anchors:
+                if a.anchors:
+                    out.update(a.anchors)
+            out = out or None
+        for t in targets:
+            deliver(t, values, info, self.task, out)
+
+    def _count_ack(self, tup: Tuple) -> None:
+        self.stats.acked += 1
+
+    def _fail_lineage(self, tup: Tuple) -> None:
+        """Exactly-once: the spout task of each root is told (it names the entry, counts a poison
+        record's failure, and asks for the rollback); a tuple with no root rolls back at once."""
+        self.stats.failed += 1
+        am = tup.anchors
+        if am:
+            lineage_failed = self.port.lineage_failed
+            for r in am:
+                lineage_failed(spout_task_of(r), r)
+        else:
+            self.port.exactly_once_failure(f"{self.component}[{self.task}]: tuple {tup!r:.100} failed")
+
     def _send(self, route: Route, values: list, targets: list[int], anchors) -> None:
         self.stats.emitted += 1
         deliver = self.port.deliver
@@ -143,6 +189,8 @@ class BoltExecutor(BaseExecutor):
                     for r in am:
                         out[r] = out.get(r, 0) ^ edge
             deliver(t, values, info, self.task, out)
+
+    _send_tracked = _send  # barriers in exactly-once mode: acker trees even where data has none
 
     def ack(self, tup: Tuple) -> None:
         am = tup.anchors
@@ -188,12 +236,12 @@ class BoltExecutor(BaseExecutor):
             try:
                 self._execute(tup)
             except FailedException:
-                self.fail(tup)
+                self._fail_in(tup)
             except Exception as e:  # noqa: BLE001 - a user bug fails the tuple, the worker goes on
                 self.report_error(f"execute({tup!r:.200})", e)
-                self.fail(tup)
+                self._fail_in(tup)
             else:
-                self.ack(tup)
+                self._ack_in(tup)
             finally:
                 self.current = None
         else:
@@ -201,7 +249,7 @@ class BoltExecutor(BaseExecutor):
                 self._execute(tup)
             except Exception as e:  # noqa: BLE001
                 self.report_error(f"execute({tup!r:.200})", e)
-                self.fail(tup)
+                self._fail_in(tup)
         if sample:
             stats.execute.record((time.perf_counter() - t0) * 1000.0)
 

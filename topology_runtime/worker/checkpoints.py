@@ -189,7 +189,7 @@ class BarrierAlignment:
                 _system(ex, ex.fail, b)
         else:
             values = [txid, PREPARE]
-            ex._send(self.cp_route, values, self.cp_route.targets(values), barriers)
+            ex._send_tracked(self.cp_route, values, self.cp_route.targets(values), barriers)
             ex.stats.emitted -= 1  # a system tuple: not part of the component's own figures
             for b in barriers:
                 _system(ex, ex.ack, b)
@@ -230,9 +230,10 @@ class ExactlyOnceWorker:
 
     def commit(self, txid: int) -> None:
         maybe_crash("between", txid)
-        for _ex, st in self.spouts.values():
+        for ex, st in self.spouts.values():
             if st.prepared_txid == txid:
                 st.commit(txid)
+            ex.committed(txid)  # every tuple before barrier txid is processed for good
         for b in self.bolts:
             b.commit(txid)
         maybe_crash("commit", txid)

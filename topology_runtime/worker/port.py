@@ -16,7 +16,7 @@ Deliver = Callable[[int, list, Any, int, "dict | None"], None]
 
 class WorkerPort:
     __slots__ = ("deliver", "enqueue", "record_error", "run_off_loop", "barrier_done", "exactly_once_failure",
-                 "preferred_acker_slot", "fail_run", "n_ackers", "streams", "exactly_once",
+                 "preferred_acker_slot", "fail_run", "lineage_failed", "n_ackers", "streams", "exactly_once",
                  "acks", "fails", "resets", "inits")
 
     def __init__(self, *, deliver: Deliver, enqueue: Callable[[Any, Any], None],
@@ -24,7 +24,8 @@ class WorkerPort:
                  run_off_loop: Callable[[int, Callable[[], Any], Callable[[Any, BaseException | None], None]], None],
                  barrier_done: Callable[[int, int], None], exactly_once_failure: Callable[[str], None],
                  preferred_acker_slot: Callable[[], int], n_ackers: int, streams: list, exactly_once: bool,
-                 fail_run: Callable[[str, int, str], None] | None = None) -> None:
+                 fail_run: Callable[[str, int, str], None] | None = None,
+                 lineage_failed: Callable[[int, int], None] | None = None) -> None:
         self.deliver = deliver  # (task, values, stream info, source task, anchors or None)
         self.enqueue = enqueue  # (executor, tuple): run it on this worker's loop (tick tuples)
         self.record_error = record_error  # (component, task, text, traceback): reported to the supervisor
@@ -33,6 +34,7 @@ class WorkerPort:
         self.exactly_once_failure = exactly_once_failure  # (reason): roll every task back
         self.preferred_acker_slot = preferred_acker_slot  # () -> acker index a spout's roots should map to
         self.fail_run = fail_run  # (component, task, error): end the whole run as failed (no retry can help)
+        self.lineage_failed = lineage_failed  # (spout task, root): exactly-once, a bolt failed that root's tuple
         self.n_ackers = n_ackers
         self.streams = streams  # the plan's StreamInfo list, by sid
         self.exactly_once = exactly_once

@@ -1,6 +1,8 @@
 """The spout executor: the collector a spout calls (emit with a message id, finish), calling
 ``next_tuple`` within ``max.spout.pending``, and the spout's side of acking: pending roots,
-outcomes from the ackers, timeouts, replay bookkeeping."""
+outcomes from the ackers, timeouts, replay bookkeeping. In exactly-once mode a data tuple is
+not tracked by the ackers: its spout's lineage (reliability/lineage.py) records it until the
+checkpoint after it commits."""
 
 from __future__ import annotations
 
@@ -10,9 +12,10 @@ from typing import Any
 
 from state.checkpoint_state import PREPARE
 
-from ..api.components import DEFAULT_STREAM
+from ..api.components import DEFAULT_STREAM, Spout
 from ..reliability import ACK, FAIL, SpoutPending
 from ..reliability.checkpointing import CHECKPOINT_STREAM
+from ..reliability.lineage import SpoutLineage
 from ..reliability.spout_pending import PendingBudget
 from ..transport.wire import check_values
 from .executor_base import BaseExecutor
@@ -20,6 +23,7 @@ from .port import WorkerPort
 from .routing import Route
 
 _TWO64 = 2**64
+_default_ack = Spout.ack
 
 
 class Barrier:
@@ -42,8 +46,6 @@ class SpoutExecutor(BaseExecutor):
                  max_pending: int | None, max_pending_bytes: int | None = None) -> None:
         super().__init__(port, task, component, instance, routes)
         self.pending = SpoutPending()
-        # No ackers: nothing is pending (acked at emit), so neither bound applies.
-        self.budget = PendingBudget(max_pending, max_pending_bytes) if port.n_ackers > 0 else None
         self.n_ackers = port.n_ackers
         self.acker_slot = port.preferred_acker_slot()
         self.finished = False
@@ -51,6 +53,14 @@ class SpoutExecutor(BaseExecutor):
         self.deactivated = False  # drained: no more next_tuple for this run
         self.paused = False  # paused by the operator: no next_tuple until resumed
         self.system = component.startswith("$")  # $checkpointspout: does not count for completion
+        # Exactly-once: data tuples are proven complete by the barrier after them, not by acker
+        # trees; what is emitted and not yet committed is this task's pending (the bounds apply
+        # to it, and it is what a rollback replays).
+        self.lineage = SpoutLineage(task) if port.exactly_once and not self.system else None
+        self.outstanding: SpoutPending | SpoutLineage = self.lineage if self.lineage is not None else self.pending
+        # No ackers: nothing is pending (acked at emit), so neither bound applies.
+        self.budget = PendingBudget(max_pending, max_pending_bytes) \
+            if port.n_ackers > 0 or self.lineage is not None else None
         self.failed_ids: set = set()
         self.next_tuple_errors = 0
         instance.emit = self.emit
@@ -91,10 +101,23 @@ class SpoutExecutor(BaseExecutor):
     def emit_barrier(self, txid: int) -> None:
         """Exactly-once: the position is snapshotted (by the worker) and the barrier follows this
         task's data on every downstream channel; its tree completes once all bolts prepared."""
+        if self.lineage is not None:
+            self.lineage.barrier(txid)
         route = self.routes[CHECKPOINT_STREAM]
         values = [txid, PREPARE]
         self._send(route, values, route.targets(values), Barrier(txid))
         self.stats.emitted -= 1  # system tuple: not part of the user's figures
+
+    def committed(self, txid: int) -> None:
+        """Exactly-once: checkpoint ``txid`` committed, so every tuple emitted before its barrier
+        is processed for good: the spout's ``ack`` for each (skipped when it keeps the default)."""
+        done = self.lineage.committed(txid) if self.lineage is not None else []
+        if not done:
+            return
+        self.stats.acked += len(done)
+        if type(self.instance).ack is not _default_ack:
+            for msg_id in done:
+                self._callback(self.instance.ack, msg_id)
 
     def _new_root(self) -> int:
         # Root ids are random 64-bit numbers; we pick the residue mod n_ackers so the tree's
@@ -122,6 +145,17 @@ class SpoutExecutor(BaseExecutor):
                     stats.replayed += 1
             except TypeError:
                 pass
+        lineage = self.lineage
+        if lineage is not None and type(msg_id) is not Barrier:  # exactly-once data: no acker, no edges
+            anchors = {lineage.add(msg_id): 0}
+            for t in targets:
+                deliver(t, values, info, self.task, anchors)
+            budget = self.budget
+            if budget is not None:
+                budget.countdown -= 1
+                if budget.countdown <= 0:
+                    budget.observe(values)
+            return
         if self.n_ackers == 0:  # Storm: no ackers -> the spout's ack is called at emit
             for t in targets:
                 deliver(t, values, info, self.task, None)
@@ -167,7 +201,7 @@ class SpoutExecutor(BaseExecutor):
         if self.finished or self.deactivated or self.paused:
             return False
         mp = self.max_pending
-        return mp is None or len(self.pending) < mp
+        return mp is None or len(self.outstanding) < mp
 
     @property
     def max_pending(self) -> int | None:
@@ -181,7 +215,7 @@ class SpoutExecutor(BaseExecutor):
         start = stats.emitted
         nt = self.instance.next_tuple
         budget = self.budget
-        pending = self.pending
+        pending = self.outstanding
         clock = time.perf_counter  # vDSO clock read, no system call
         deadline = clock() + max_secs
         for _ in range(max_calls):
@@ -212,9 +246,14 @@ class SpoutExecutor(BaseExecutor):
             self._callback(self.instance.ack, msg_id)
         elif kind == FAIL:
             e = self.pending.complete(root)
-            if e is None:
-                return
-            self._failed(e[0])
+            if e is not None:
+                self._failed(e[0])
+            elif self.lineage is not None:  # a bolt failed a data tuple of this task's
+                msg_id = self.lineage.msg_id(root)
+                if SpoutLineage.known(msg_id):
+                    self._failed(msg_id)
+                else:  # committed already, or an earlier incarnation's: roll back all the same
+                    self.port.exactly_once_failure(f"{self.component}[{self.task}]: a tuple failed")
         else:
             self.pending.reset(root)
 

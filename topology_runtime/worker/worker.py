@@ -130,7 +130,8 @@ class Worker:
             deliver=self.deliver, enqueue=lambda ex, tup: self.queue.append((ex, tup)),
             record_error=self.record_error, run_off_loop=self.run_off_loop, barrier_done=self.barrier_done,
             exactly_once_failure=self.exactly_once_failure, preferred_acker_slot=self.preferred_acker_slot,
-            n_ackers=self.n_ackers, streams=self.streams, exactly_once=self.exactly_once, fail_run=self.fail_run)
+            n_ackers=self.n_ackers, streams=self.streams, exactly_once=self.exactly_once, fail_run=self.fail_run,
+            lineage_failed=self.acking.lineage_failed)
 
     # --- what executors may call, through their WorkerPort ----------------------------------------------------------------
     def preferred_acker_slot(self, _counter=[0]) -> int:  # noqa: B006 - spreads spouts over local ackers
