@@ -117,6 +117,23 @@ def _values(client, key: str, words) -> dict:
 # --- pure --------------------------------------------------------------------------------------
 
 
+def test_memory_spout_tasks_share_its_rows_instead_of_copying_them():
+    # Every task gets a deep copy of its component's template: for the in-memory spout that
+    # copied every row per emitter and coordinator task (seconds of start-up for a million).
+    import copy
+
+    from topology_runtime.transactional import MemoryTransactionalSpout
+
+    rows = {0: [["a"], ["b"]], 1: [["c"]]}
+    spout = MemoryTransactionalSpout(rows, ["word"], 1)
+    rows[0].append(["late"])  # the constructor's copy: later changes of the caller's lists do not leak in
+    task_copy = copy.deepcopy(spout)
+    assert task_copy.data is spout.data and task_copy.data == {0: [["a"], ["b"]], 1: [["c"]]}
+    assert task_copy.fields == spout.fields and task_copy.fields is not spout.fields
+    got: list = []
+    assert task_copy.emit_partition_batch_new(None, got.append, 0, [0, 1]) == [1, 1] and got == [["b"]]
+
+
 def test_bolt_kinds():
     assert bolt_kind(CountWords()) == BATCH and bolt_kind(StoreCounts("k")) == BATCH
     assert bolt_kind(Upper()) == BASIC and bolt_kind(DoubleOrFailOnce()) == PLAIN

@@ -3,6 +3,7 @@ partitioned: identical replays per partition; opaque: replays may differ) and th
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -148,6 +149,14 @@ class MemoryTransactionalSpout(PartitionedTransactionalSpout):
         self.data = {int(p): [list(r) for r in rows] for p, rows in data.items()}
         self.fields = name_list(fields, "fields", type(self).__name__)
         self.take = int(take_per_batch)
+
+    def __deepcopy__(self, memo: dict) -> MemoryTransactionalSpout:
+        # Each task gets a copy of its template: the rows are read-only once the constructor
+        # copied them, so the copies share them (copying a million rows per emitter and
+        # coordinator task cost seconds of start-up each).
+        new = copy.copy(self)
+        new.fields = list(self.fields)
+        return new
 
     def num_partitions(self) -> int:
         return len(self.data)

@@ -24,10 +24,11 @@ from ..plan.planner import Plan
 from ..transport.messages import ProbeReply
 from ..transport.sockets import ControlClient, DataTransport, pack, transport_encryption, unpack
 from .acker_executor import AckerExecutor
-from .acker_routing import DATA, AckerRouting
+from .acker_routing import AckerRouting
 from .bolt_executor import BoltExecutor
 from .checkpoints import ExactlyOnceWorker
 from .control_channel import WorkerControl
+from .delivery import make_deliver
 from .figures import Backpressure, CapacityMeter, probe_reply, stats_snapshot
 from .offloop import Completions, OnDone, SerialRunner
 from .port import WorkerPort
@@ -127,7 +128,7 @@ class Worker:
                                      sender=self.index, epoch=spec.incarnation, curve=curve)
         self.ctl = WorkerControl(self.control, self, self.index, spec.incarnation, self.address, spec.host)
         self.port = WorkerPort(
-            deliver=self.deliver, enqueue=lambda ex, tup: self.queue.append((ex, tup)),
+            deliver=make_deliver(self), enqueue=lambda ex, tup: self.queue.append((ex, tup)),
             record_error=self.record_error, run_off_loop=self.run_off_loop, barrier_done=self.barrier_done,
             exactly_once_failure=self.exactly_once_failure, preferred_acker_slot=self.preferred_acker_slot,
             n_ackers=self.n_ackers, streams=self.streams, exactly_once=self.exactly_once, fail_run=self.fail_run,
@@ -140,29 +141,6 @@ class Worker:
             _counter[0] += 1
             return local[_counter[0] % len(local)]
         return self.index % max(1, self.n_ackers)
-
-    def deliver(self, task: int, values: list, info, src: int, anchors: dict | None) -> None:
-        if self.completed_calls:
-            # A commit finished off the loop while some task's execute emits (an emitter emits a
-            # whole batch in one call, tens of ms): its acks are the pipeline's critical path, so
-            # they go now, between two emits, not after that execute. Safe here: nothing is
-            # half-done at the top of deliver, and XOR acking tolerates any flush point.
-            self._run_completions()
-        ex = self.local_bolts.get(task)
-        if ex is not None:
-            if info.sid in self.priority_sids:
-                self.queue.appendleft((ex, Tuple(values, info, src, anchors)))
-            else:
-                self.queue.append((ex, Tuple(values, info, src, anchors)))
-            return
-        w = self.task_worker[task]
-        ob = self.outbox.get(w)
-        if ob is None:
-            ob = self.outbox[w] = [[], [], [], [], [], []]
-        data = ob[DATA]
-        data.append((task, src, info.sid, values, anchors))
-        if len(data) >= self.batch_size or info.sid in self.send_now_sids:
-            self._send_peer(w)  # leaves now, not after this iteration's queue drain
 
     def run_off_loop(self, task: int, fn, on_done: OnDone) -> None:
         """Run ``fn()`` on ``task``'s own thread (its calls in submission order); ``on_done(result,
@@ -389,12 +367,11 @@ class Worker:
         n = 0  # tuples run, a chunk counting as its rows
         look, flush = RESPONSIVE_EVERY, FLUSH_EVERY  # n at the next look outside / own flush
         finished = self.completed_calls
-        chunks = self.chunk_sids
         while q and n < QUEUE_BUDGET:
             ex, tup = pop()
             self.dequeued += 1
             ex.process(tup)
-            n += len(tup.values[1]) if tup.info.sid in chunks else 1
+            n += len(tup.values[1]) if tup.info.chunk else 1
             if finished:  # a commit ended off the loop: its acks are the pipeline's critical path
                 self._run_completions()
             if n >= look:

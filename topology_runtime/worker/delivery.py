@@ -1,0 +1,46 @@
+"""The worker's per-tuple send path, as one closure: every emit of every task runs it, so what
+it reads is bound once (closure cells) instead of looked up on the worker per tuple.
+
+A tuple for a task of this worker joins the queue by reference (a priority stream's at its
+front); one for another worker joins that worker's next batch, which leaves when it is full
+or at once for streams that must not wait (priority tuples, chunks)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..api.components import Tuple
+from .acker_routing import DATA
+from .port import Deliver
+
+
+def make_deliver(worker: Any) -> Deliver:
+    queue, local_bolts, outbox = worker.queue, worker.local_bolts, worker.outbox
+    priority, send_now, task_worker = worker.priority_sids, worker.send_now_sids, worker.task_worker
+    batch_size, completed = worker.batch_size, worker.completed_calls
+    run_completions, send_peer = worker._run_completions, worker._send_peer  # noqa: SLF001 - the worker's own
+    append, appendleft, bolt_of, outbox_of = queue.append, queue.appendleft, local_bolts.get, outbox.get
+
+    def deliver(task: int, values: list, info: Any, src: int, anchors: dict | None) -> None:
+        if completed:
+            # A commit finished off the loop while some task's execute emits (an emitter emits a
+            # whole batch in one call, tens of ms): its acks are the pipeline's critical path, so
+            # they go now, between two emits, not after that execute. Safe here: nothing is
+            # half-done at the top of deliver, and XOR acking tolerates any flush point.
+            run_completions()
+        ex = bolt_of(task)
+        if ex is not None:
+            if info.sid in priority:
+                appendleft((ex, Tuple(values, info, src, anchors)))
+            else:
+                append((ex, Tuple(values, info, src, anchors)))
+            return
+        w = task_worker[task]
+        ob = outbox_of(w)
+        if ob is None:
+            ob = outbox[w] = [[], [], [], [], [], []]
+        data = ob[DATA]
+        data.append((task, src, info.sid, values, anchors))
+        if len(data) >= batch_size or info.sid in send_now:
+            send_peer(w)  # leaves now, not after this iteration's queue drain
+    return deliver
