@@ -113,11 +113,11 @@ class CountBolt(BasicBolt):
         self.out.write_text(json.dumps({"total": sum(self.counts.values()), "last": self.last}))
 
 
-def build(sentences: list[str], workers: int, rate: float | None = None):
+def build(sentences: list[str], workers: int, rate: float | None = None, count_bolt: type[CountBolt] = CountBolt):
     b = TopologyBuilder()
     b.set_spout("sentences", SentenceSpout(sentences, rate), workers)
     b.set_bolt("split", SplitBolt(), workers).local_or_shuffle_grouping("sentences")
-    b.set_bolt("count", CountBolt(), workers).fields_grouping("split", ["word"])
+    b.set_bolt("count", count_bolt(), workers).fields_grouping("split", ["word"])
     return b.create_topology()
 
 
@@ -153,7 +153,8 @@ def startup_phases(log: str, t0: float) -> dict:
 
 
 def run_variant(launcher: str, sentences: list[str], workers: int, acking: bool, rate: float | None = None,
-                redis_url: str | None = None, extra_conf: dict | None = None) -> dict:
+                redis_url: str | None = None, extra_conf: dict | None = None,
+                count_bolt: type[CountBolt] = CountBolt) -> dict:
     outdir = tempfile.mkdtemp(prefix="bench-")
     conf = {"bench.outdir": outdir, "topology.message.timeout.secs": 60, **(extra_conf or {})}
     if not acking:
@@ -161,7 +162,8 @@ def run_variant(launcher: str, sentences: list[str], workers: int, acking: bool,
     name = f"bench-{launcher}-{workers}w-{'ack' if acking else 'noack'}{'-paced' if rate else ''}-{os.getpid()}"
     t0 = time.time()
     with make_cluster(launcher, workers, redis_url) as cluster:
-        status = cluster.run(name, build(sentences, workers, rate / workers if rate else None), conf, timeout=1800)
+        status = cluster.run(name, build(sentences, workers, rate / workers if rate else None, count_bolt), conf,
+                             timeout=1800)
         phases = startup_phases(cluster.runs[name].log(), t0) if launcher != "local" else {}
     wall = time.time() - t0
     marks = [json.loads(p.read_text()) for p in Path(outdir).glob("spout-*")]
