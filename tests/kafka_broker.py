@@ -113,7 +113,7 @@ class TansuBroker:
 
 # Consumer settings for tests: librdkafka's 45 s session timeout makes a group take ~25 s to form
 # on Tansu; with these it forms in a few seconds.
-FAST_GROUP = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+FAST_GROUP = {"session.timeout.ms": 3000, "heartbeat.interval.ms": 250}
 
 
 @pytest.fixture(scope="session")

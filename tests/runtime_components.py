@@ -3,12 +3,13 @@ Redis URL from the user config key ``test.redis.url`` and writes under ``test.ke
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import redis
 
-from topology_runtime import BasicBolt, Bolt, FailedException, Spout, StatefulBolt, Stream
+from topology_runtime import BasicBolt, Bolt, FailedException, Spout, StatefulBolt, Stream, TopologyBuilder
 
 
 def _redis(conf) -> redis.Redis:
@@ -432,9 +433,12 @@ def peak_rss_growth(run, timeout: float = 120, only: Callable[[int], bool] = lam
 class StreamFeeder:
     """Appends sentences to a Redis stream from a thread until stopped, so that a bounded run
     stays live for as long as a test needs it (however slow the machine); ``sentences`` is
-    everything appended."""
+    everything appended. With ``keep_ahead``, a round is appended only while fewer entries than
+    that wait undelivered to the stream's consumer group: the run never runs dry, and what is
+    left to read when the feeder stops is small whatever the machine's speed."""
 
-    def __init__(self, url: str, stream: str, per_round: int = 50, every: float = 0.05) -> None:
+    def __init__(self, url: str, stream: str, per_round: int = 50, every: float = 0.05,
+                 keep_ahead: int | None = None) -> None:
         import threading
 
         from examples.wordcount import load_sentences
@@ -442,12 +446,20 @@ class StreamFeeder:
         self.sentences: list[str] = []
         self._stop = threading.Event()
 
+        def undelivered(client: redis.Redis) -> int:
+            """Entries past the group's last delivered one (all of them before the spout's open
+            creates the group), counted up to ``keep_ahead``."""
+            groups = client.xinfo_groups(stream) if client.exists(stream) else []
+            after = f"({groups[0]['last-delivered-id']}" if groups else "-"
+            return len(client.xrange(stream, min=after, max="+", count=keep_ahead))
+
         def feed() -> None:
             client = redis.Redis.from_url(url, decode_responses=True)
             seed = 1000
             while not self._stop.is_set():
-                self.sentences += load_sentences(client, per_round, stream, seed=seed)
-                seed += 1
+                if keep_ahead is None or undelivered(client) < keep_ahead:
+                    self.sentences += load_sentences(client, per_round, stream, seed=seed)
+                    seed += 1
                 self._stop.wait(every)
 
         self._thread = threading.Thread(target=feed, daemon=True)
@@ -459,3 +471,57 @@ class StreamFeeder:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
+
+
+class GatedSpout(Spout):
+    """Emits ``values`` (on the one field ``field``) with themselves as message ids, a failed one
+    again, then waits for the test's go (the file named by the config key ``test.done.file``)
+    before finishing: a bounded run, live for as long as a test looks at it however slow the
+    machine."""
+
+    def __init__(self, values: Iterable, field: str = "n") -> None:
+        self.values = list(values)
+        self.outputs = [field]
+
+    def open(self, conf, context):
+        self.todo = self.values[::-1]
+        self.pending: set = set()
+        self.go = conf["test.done.file"]
+
+    def next_tuple(self):
+        if self.todo:
+            v = self.todo.pop()
+            self.pending.add(v)
+            self.emit([v], msg_id=v)
+        elif not self.pending and os.path.exists(self.go):
+            self.finish()
+        time.sleep(0.001)
+
+    def ack(self, msg_id):
+        self.pending.discard(msg_id)
+
+    def fail(self, msg_id):
+        self.todo.append(msg_id)
+
+
+# Components that only give a plan its shape (unit tests of planning and metrics; never run).
+class PlanWords(Spout):
+    outputs = ["word"]
+
+
+class PlanSplit(BasicBolt):
+    outputs = ["word"]
+
+
+class PlanCount(StatefulBolt):
+    outputs = ["word", "n"]
+
+
+def plan_wordcount(words: int = 2, split: int = 2, count: int = 2):
+    """The stateful word count's shape (spout, shuffled split, keyed stateful count) with these
+    parallelisms, as a topology."""
+    b = TopologyBuilder()
+    b.set_spout("words", PlanWords(), words)
+    b.set_bolt("split", PlanSplit(), split).shuffle_grouping("words")
+    b.set_bolt("count", PlanCount(), count).fields_grouping("split", ["word"])
+    return b.create_topology()

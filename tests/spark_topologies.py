@@ -93,17 +93,23 @@ def exactly_once_wordcount(slow: bool = True, bounded: bool = True):
     return b.create_topology()
 
 
-def exactly_once_wordcount_v2():
+def exactly_once_wordcount_v2(bounded: bool = True):
     """The exactly-once word count's next version: a second stateful counter beside the first."""
     from examples.stateful_wordcount import StatefulWordCount
     from topology_runtime.connectors import RedisStreamReplaySpout
 
     b = TopologyBuilder()
-    b.set_spout("sentences", RedisStreamReplaySpout(STREAM, fields=["sentence"], bounded=True, batch_size=50), 2)
+    b.set_spout("sentences", RedisStreamReplaySpout(STREAM, fields=["sentence"], bounded=bounded, batch_size=50), 2)
     b.set_bolt("split", SlowSplit(), 2).shuffle_grouping("sentences")
     b.set_bolt("count", StatefulWordCount(), 2).fields_grouping("split", ["word"])
     b.set_bolt("count2", StatefulWordCount(), 1).fields_grouping("split", ["word"])
     return b.create_topology()
+
+
+def unbounded_v2():
+    """The next version reading its stream until killed, as a service does (the upgrade DAG's
+    new version in tests/test_airflow_upgrade.py)."""
+    return exactly_once_wordcount_v2(bounded=False)
 
 
 class FailOnceSplit(SplitSentence):

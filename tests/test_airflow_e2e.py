@@ -4,6 +4,7 @@ local[2], state in the session's Redis. Nothing is mocked."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -150,6 +151,17 @@ def test_recovery_of_an_unknown_id_through_the_rest_api_fails_naming_the_known_i
     assert not is_known(redis.Redis.from_url(redis_url), "no-such-topology")  # nothing written for it
 
 
+def _fed(redis_url: str):
+    """Sentences appended to the word count's stream for as long as the block lasts, a few
+    thousand ahead of the run: a bounded run stays live until then, however slow the machine.
+    (The DAG's load task empties the stream first; until the run's spout opens, nothing is added.)"""
+    from runtime_components import StreamFeeder
+
+    from examples.wordcount import STREAM
+
+    return StreamFeeder(redis_url, STREAM, per_round=2000, every=0.05, keep_ahead=5000)
+
+
 def _driver_live(cp: ControlPlane, name: str) -> bool:
     rec = cp.get(name)
     return rec is not None and rec.live and rec.state == "running"
@@ -162,11 +174,13 @@ def test_marking_a_running_submit_task_failed_ends_the_run_killed(airflow_live, 
     live = airflow_live
     dag_id = "wordcount_topology"
     cp = ControlPlane(redis_url)
-    run_id = live.trigger(dag_id, {"sentences": 200000, "workers": 1})  # still running when marked
-    assert wait_for(lambda: _driver_live(cp, "wordcount"), 240), live.describe_run(dag_id, run_id)
-    r = live.api("PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/wordcount", json={"new_state": "failed"})
-    assert r.status_code == 200, r.text
-    assert wait_for(lambda: not cp.is_live("wordcount"), 60), "the run outlived its task"
+    run_id = live.trigger(dag_id, {"sentences": 2000, "workers": 1})
+    with _fed(redis_url):  # still running when marked
+        assert wait_for(lambda: _driver_live(cp, "wordcount"), 240), live.describe_run(dag_id, run_id)
+        r = live.api("PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/wordcount",
+                     json={"new_state": "failed"})
+        assert r.status_code == 200, r.text
+        assert wait_for(lambda: not cp.is_live("wordcount"), 60), "the run outlived its task"
     rec = cp.get("wordcount")
     assert rec.state == "killed", (rec.info, live.describe_run(dag_id, run_id))
     assert live.wait_for_run(dag_id, run_id, timeout=120) == "failed"
@@ -178,15 +192,17 @@ def test_marking_a_deferred_submit_task_failed_ends_the_run_killed(airflow_live,
     live = airflow_live
     dag_id = "wordcount_topology_deferrable"
     cp = ControlPlane(redis_url)
-    run_id = live.trigger(dag_id, {"sentences": 200000, "workers": 1})
+    run_id = live.trigger(dag_id, {"sentences": 2000, "workers": 1})
 
     def deferred_and_live() -> bool:
         state = (live.task_instances(dag_id, run_id).get("wordcount") or {}).get("state")
         return state == "deferred" and _driver_live(cp, "wordcount")
-    assert wait_for(deferred_and_live, 240), live.describe_run(dag_id, run_id)
-    r = live.api("PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/wordcount", json={"new_state": "failed"})
-    assert r.status_code == 200, r.text
-    assert wait_for(lambda: not cp.is_live("wordcount"), 90), ("the run outlived its deferred task", live.tails())
+    with _fed(redis_url):  # still running when marked
+        assert wait_for(deferred_and_live, 240), live.describe_run(dag_id, run_id)
+        r = live.api("PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/wordcount",
+                     json={"new_state": "failed"})
+        assert r.status_code == 200, r.text
+        assert wait_for(lambda: not cp.is_live("wordcount"), 90), ("the run outlived its deferred task", live.tails())
     rec = cp.get("wordcount")
     assert rec.state == "killed", (rec.info, live.describe_run(dag_id, run_id))
 
@@ -198,11 +214,19 @@ def test_a_retry_after_the_task_process_is_sigkilled_reattaches_to_the_same_run(
     import signal
 
     import psutil
-
     live = airflow_live
     cp = ControlPlane(redis_url)
     dag_id = "wordcount_topology"
-    run_id = live.trigger(dag_id, {"sentences": 600000})  # ~25 s: outlasts the retry (~7 s after the kill)
+    attached = "following it to the end instead of submitting again"
+
+    def retry_attached() -> bool:
+        """The retry said so in its log (the file it writes as it runs; the API serves it whole
+        once the try ended)."""
+        log = (Path(os.environ["AIRFLOW_HOME"]) / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}"
+               / "task_id=wordcount" / "attempt=2.log")
+        return log.is_file() and attached in log.read_text(errors="replace")
+
+    run_id = live.trigger(dag_id, {"sentences": 20000})
     assert wait_for(lambda: _driver_live(cp, "wordcount"), 240), live.describe_run(dag_id, run_id)
     token = cp.get("wordcount").info["token"]
     def cmd(p: psutil.Process) -> str:
@@ -211,11 +235,16 @@ def test_a_retry_after_the_task_process_is_sigkilled_reattaches_to_the_same_run(
     submits = [p for p in psutil.process_iter(["cmdline"]) if "SparkSubmit" in cmd(p) and "topology-wordcount" in cmd(p)]
     assert submits, "no spark-submit of the word count found"
     task_process = submits[0].parent()
-    task_process.send_signal(signal.SIGKILL)
+    # More sentences keep coming until the retry has re-attached: the run outlasts it however slow
+    # the machine, and ends soon after.
+    with _fed(redis_url):
+        task_process.send_signal(signal.SIGKILL)
+        assert wait_for(retry_attached, 240, interval=0.5), live.describe_run(dag_id, run_id)
+        assert cp.is_live("wordcount"), "the run ended before the retry re-attached"
     assert live.wait_for_run(dag_id, run_id, timeout=300) == "success", live.describe_run(dag_id, run_id)
     ti = live.task_instances(dag_id, run_id)["wordcount"]
     assert ti["try_number"] == 2, ti
-    assert "following it to the end instead of submitting again" in live.task_log(dag_id, run_id, "wordcount", 2)
+    assert attached in live.task_log(dag_id, run_id, "wordcount", 2)
     rec = cp.get("wordcount")
     assert rec.state == "completed" and rec.info["token"] == token  # exactly one run
 

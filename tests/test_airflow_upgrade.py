@@ -12,14 +12,13 @@ from pathlib import Path
 
 import pytest
 import redis
-from spark_topologies import SlowSplit, exactly_once_wordcount
+from spark_topologies import exactly_once_wordcount
 
-from examples.stateful_wordcount import StatefulWordCount, counts_in_state
-from examples.wordcount import STREAM, load_sentences, true_counts
+from examples.stateful_wordcount import counts_in_state
+from examples.wordcount import load_sentences, true_counts
 from state import savepoints
-from topology_runtime import LocalCluster, TopologyBuilder
+from topology_runtime import LocalCluster
 from topology_runtime.api.status import RunStatus
-from topology_runtime.connectors import RedisStreamReplaySpout
 from topology_runtime.control.control_plane import ControlPlane
 from topology_runtime.testing import wait_for
 
@@ -29,18 +28,7 @@ CONF = {"topology.state.provider": "redis", "topology.state.exactly.once": True,
         "topology.state.checkpoint.interval.ms": 200, "topology.message.timeout.secs": 3,
         "topology.max.spout.pending": 100}
 V1 = "tests.spark_topologies:exactly_once_wordcount"
-V2 = "tests.test_airflow_upgrade:unbounded_v2"
-
-
-def unbounded_v2():
-    """The word count's next version (a second stateful counter) reading its stream until killed,
-    as a service does. The Spark driver imports it by reference (``V2``)."""
-    b = TopologyBuilder()
-    b.set_spout("sentences", RedisStreamReplaySpout(STREAM, fields=["sentence"], bounded=False, batch_size=50), 2)
-    b.set_bolt("split", SlowSplit(), 2).shuffle_grouping("sentences")
-    b.set_bolt("count", StatefulWordCount(), 2).fields_grouping("split", ["word"])
-    b.set_bolt("count2", StatefulWordCount(), 1).fields_grouping("split", ["word"])
-    return b.create_topology()
+V2 = "tests.spark_topologies:unbounded_v2"
 
 
 def _states(run):

@@ -8,13 +8,12 @@ refused naming the setting."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
 import pytest
 import zmq
-from runtime_components import peak_rss_growth
+from runtime_components import GatedSpout, peak_rss_growth
 
 from topology_runtime import BasicBolt, LocalCluster, Spout, TopologyBuilder
 from topology_runtime.testing import wait_for
@@ -135,36 +134,6 @@ def test_a_client_named_like_a_worker_receives_nothing(live_run):
     ctx.term()
 
 
-class Paced(Spout):
-    """``n`` numbers with message ids, then it waits for the test's go (a file) before finishing:
-    a bounded run, live for as long as the flood lasts however slow the machine."""
-
-    outputs = ["n"]
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def open(self, conf, context):
-        self.todo = list(range(self.n, 0, -1))
-        self.pending: set[int] = set()
-        self.go = conf["test.done.file"]
-
-    def next_tuple(self):
-        if self.todo:
-            i = self.todo.pop()
-            self.pending.add(i)
-            self.emit([i], msg_id=i)
-        elif not self.pending and os.path.exists(self.go):
-            self.finish()
-        time.sleep(0.001)
-
-    def ack(self, msg_id):
-        self.pending.discard(msg_id)
-
-    def fail(self, msg_id):
-        self.todo.append(msg_id)
-
-
 def _strangers(ctx: zmq.Context, address: str, kind: int, encryption: bool) -> list:
     """Sockets without the run's keys: one with no security at all, one that speaks the port's
     mechanism with credentials of its own (its own CURVE keys and a guessed server key, or a
@@ -205,7 +174,7 @@ def test_a_flood_from_a_peer_without_keys_grows_no_worker_by_100_mib(encryption,
     n = 3000
     go = tmp_path / "go"
     b = TopologyBuilder()
-    b.set_spout("numbers", Paced(n))
+    b.set_spout("numbers", GatedSpout(range(1, n + 1)))
     b.set_bolt("pass", Pass(), 2).shuffle_grouping("numbers")
     conf = {"topology.transport.encryption": encryption, "test.done.file": str(go)}
     ctx = zmq.Context()

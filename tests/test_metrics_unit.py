@@ -12,8 +12,9 @@ import time
 from types import SimpleNamespace
 
 import pytest
+from runtime_components import PlanSplit, PlanWords, plan_wordcount
 
-from topology_runtime import BasicBolt, Spout, StatefulBolt, TopologyBuilder
+from topology_runtime import TopologyBuilder
 from topology_runtime.api.config import resolve_config
 from topology_runtime.api.status import LatencyHistogram, RunStatus
 from topology_runtime.plan import build_plan
@@ -23,24 +24,8 @@ from topology_runtime.worker.figures import Backpressure, CapacityMeter, stats_s
 from topology_runtime.worker.inspection import MAX_BUFFERED, Inspection
 
 
-class Words(Spout):
-    outputs = ["word"]
-
-
-class Split(BasicBolt):
-    outputs = ["word"]
-
-
-class Count(StatefulBolt):
-    outputs = ["word", "n"]
-
-
 def _stateful_plan(workers: int = 2):
-    b = TopologyBuilder()
-    b.set_spout("words", Words(), 2)
-    b.set_bolt("split", Split(), 2).shuffle_grouping("words")
-    b.set_bolt("count", Count(), 2).fields_grouping("split", ["word"])
-    return build_plan(b.create_topology(), resolve_config({}), workers)
+    return build_plan(plan_wordcount(), resolve_config({}), workers)
 
 
 def _every_task(plan, **figures) -> dict:
@@ -139,8 +124,8 @@ def test_a_workers_backpressure_seconds_carry_over_its_restarts():
     from topology_runtime.transport import messages as cm
 
     b = TopologyBuilder()
-    b.set_spout("words", Words(), 1)
-    b.set_bolt("split", Split(), 1).shuffle_grouping("words")
+    b.set_spout("words", PlanWords(), 1)
+    b.set_bolt("split", PlanSplit(), 1).shuffle_grouping("words")
     sup = RunSupervisor("held", build_plan(b.create_topology(), resolve_config({}), 1))
     try:
         def report(inc: int, on: bool, secs: float) -> None:
@@ -251,6 +236,22 @@ def test_sampling_records_the_share_asked_and_only_while_on():
     assert len(insp.take_samples()) == MAX_BUFFERED and insp.dropped == 50  # bounded between two reports
     insp.tick(time.time() + 61)  # expired: the executor's own send again
     assert insp.sample == {} and "_send" not in vars(talk)
+
+
+def test_sampling_gives_an_executor_back_the_send_it_set_itself():
+    # An exactly-once bolt sends through its own instance-level send (spout roots, no edges):
+    # after a sample it must get that one back, not the class's tracked send.
+    sent: list = []
+    own: list = []
+    talk = _Executor("talk", sent)
+    talk._send = lambda route, values, targets, anchors: own.append(values)
+    mine = talk._send
+    insp = Inspection([talk])
+    insp.apply({}, {"component": "talk", "percent": 100, "until": time.time() + 60})
+    assert talk._send is not mine
+    talk._send(SimpleNamespace(info=SimpleNamespace(stream="default")), [1], [1], None)
+    insp.tick(time.time() + 61)
+    assert talk._send is mine and own == [[1]] and sent == []
 
 
 def test_log_level_is_set_then_back_at_the_expiry():

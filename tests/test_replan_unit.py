@@ -4,32 +4,17 @@ the supervisor carrying a run's figures across plans."""
 from __future__ import annotations
 
 import pytest
+from runtime_components import plan_wordcount
 
-from topology_runtime import BasicBolt, ConfigError, Spout, StatefulBolt, TopologyBuilder
+from topology_runtime import ConfigError
 from topology_runtime.api.config import resolve_config
 from topology_runtime.plan import build_plan, replan
 from topology_runtime.supervisor.restart_backoff import RestartBackoff
 from topology_runtime.supervisor.run_supervisor import RunSupervisor
 
 
-class Words(Spout):
-    outputs = ["word"]
-
-
-class Split(BasicBolt):
-    outputs = ["word"]
-
-
-class Count(StatefulBolt):
-    outputs = ["word", "n"]
-
-
 def _topology():
-    b = TopologyBuilder()
-    b.set_spout("words", Words(), 2)
-    b.set_bolt("split", Split(), 3).shuffle_grouping("words")
-    b.set_bolt("count", Count(), 4).fields_grouping("split", ["word"])
-    return b.create_topology()
+    return plan_wordcount(words=2, split=3, count=4)
 
 
 def test_replan_keeps_every_task_id_and_moves_tasks_onto_fewer_workers():

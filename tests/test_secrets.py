@@ -3,7 +3,6 @@ prints, not in the driver's log, and registered with Airflow's secret masker for
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
@@ -13,8 +12,9 @@ from pathlib import Path
 import psutil
 import pytest
 import redis
+from runtime_components import GatedSpout
 
-from topology_runtime import Bolt, Spout
+from topology_runtime import Bolt
 from topology_runtime.control.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,30 +96,6 @@ def _secret_forms(secret: bytes) -> dict[str, bytes]:
     return forms
 
 
-class _Words(Spout):
-    """200 words, then waits for the test's go (a file) before finishing: live while looked at."""
-
-    outputs = ["word"]
-
-    def open(self, conf, context):
-        self.todo, self.pending, self.go = [f"w{i}" for i in range(200)], set(), conf["test.done.file"]
-
-    def next_tuple(self):
-        if self.todo:
-            w = self.todo.pop()
-            self.pending.add(w)
-            self.emit([w], msg_id=w)
-        elif not self.pending and os.path.exists(self.go):
-            self.finish()
-        time.sleep(0.001)
-
-    def ack(self, msg_id):
-        self.pending.discard(msg_id)
-
-    def fail(self, msg_id):
-        self.todo.append(msg_id)
-
-
 class _Echo(Bolt):
     outputs = ["word"]
 
@@ -139,7 +115,7 @@ def test_run_secret_and_keys_are_on_no_command_line_nor_in_any_log(encryption, c
     from topology_runtime.worker.worker import WorkerSpec
 
     b = TopologyBuilder()
-    b.set_spout("words", _Words())
+    b.set_spout("words", GatedSpout([f"w{i}" for i in range(200)], "word"))
     b.set_bolt("echo", _Echo(), 2).fields_grouping("words", ["word"])
     go = tmp_path / "go"
     conf = {"topology.debug": True, "topology.transport.encryption": encryption, "test.done.file": str(go)}

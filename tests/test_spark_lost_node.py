@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 import redis
+from runtime_components import StreamFeeder
 
 from examples.stateful_wordcount import counts_in_state
-from examples.wordcount import COUNTS, load_sentences, true_counts
+from examples.wordcount import COUNTS, STREAM, load_sentences, true_counts
 from topology_runtime.control.control_plane import ControlPlane
 from topology_runtime.testing import wait_for
 
@@ -106,22 +107,26 @@ def test_exactly_once_count_survives_a_lost_node_that_does_not_come_back(cluster
 def test_a_smaller_run_grows_back_when_the_node_returns(cluster, redis_url):
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     client.delete(COUNTS)
-    truth = true_counts(load_sentences(client, 20000))
+    first = load_sentences(client, 2000)
     name = "lost-node-grow"
     proc = _submit(cluster, "tests.spark_topologies:slow_wordcount", name, redis_url,
                    ["topology.message.timeout.secs=5"])
     try:
-        assert wait_for(lambda: _live_workers(redis_url, name) == 2 or proc.poll() is not None, 180)
-        assert proc.poll() is None, proc.communicate()[0][-4000:]
-        cluster.kill_worker(1)
-        assert wait_for(lambda: _live_workers(redis_url, name) == 1 or proc.poll() is not None, 120), \
-            "not re-planned onto one worker"
-        t0 = time.monotonic()
-        cluster.start_worker(1)
-        assert wait_for(lambda: _live_workers(redis_url, name) == 2 or proc.poll() is not None, 120), \
-            "did not grow back to two workers"
-        assert proc.poll() is None, "the run ended before it could grow back"
-        grew = time.monotonic() - t0
+        # Sentences kept coming until the run is back on two workers: live however long that takes,
+        # with little left to read after it.
+        with StreamFeeder(redis_url, STREAM, per_round=500, every=0.1, keep_ahead=1500) as feeder:
+            assert wait_for(lambda: _live_workers(redis_url, name) == 2 or proc.poll() is not None, 180)
+            assert proc.poll() is None, proc.communicate()[0][-4000:]
+            cluster.kill_worker(1)
+            assert wait_for(lambda: _live_workers(redis_url, name) == 1 or proc.poll() is not None, 120), \
+                "not re-planned onto one worker"
+            t0 = time.monotonic()
+            cluster.start_worker(1)
+            assert wait_for(lambda: _live_workers(redis_url, name) == 2 or proc.poll() is not None, 120), \
+                "did not grow back to two workers"
+            assert proc.poll() is None, "the run ended before it could grow back"
+            grew = time.monotonic() - t0
+        truth = true_counts(first + feeder.sentences)
         out, _ = proc.communicate(timeout=300)
     except BaseException:
         _stop(proc)

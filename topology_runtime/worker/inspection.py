@@ -27,7 +27,7 @@ class Inspection:
         self.log_level: dict = {}
         self.sample: dict = {}
         self._saved_level: tuple[str, int] | None = None
-        self._wrapped: list[tuple[Any, Any]] = []  # (executor, the send it had before)
+        self._wrapped: list[tuple[Any, Any]] = []  # (executor, its own instance-level send or None)
         self.samples: list[dict] = []
         self.dropped = 0
 
@@ -68,8 +68,11 @@ class Inspection:
 
     # --- sampling ---------------------------------------------------------------------------------
     def _set_sample(self, req: dict) -> None:
-        for ex, send in self._wrapped:
-            ex._send = send  # the executor's own send again (exactly-once bolts have their own)
+        for ex, own in self._wrapped:
+            if own is None:
+                del ex._send  # the class's method again
+            else:
+                ex._send = own  # the send the executor set itself (an exactly-once bolt's)
         self._wrapped = []
         self.sample = dict(req)
         if not req or time.time() >= float(req.get("until", 0)):
@@ -77,7 +80,7 @@ class Inspection:
         share = max(0.0, min(100.0, float(req.get("percent", 0)))) / 100.0
         for ex in self.executors:
             if ex.component == req.get("component"):
-                self._wrapped.append((ex, ex._send))
+                self._wrapped.append((ex, vars(ex).get("_send")))
                 ex._send = self._sampler(ex, ex._send, share)
 
     def _sampler(self, ex: Any, send: Any, share: float) -> Any:
