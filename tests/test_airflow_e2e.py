@@ -159,7 +159,9 @@ def _fed(redis_url: str):
 
     from examples.wordcount import STREAM
 
-    return StreamFeeder(redis_url, STREAM, per_round=2000, every=0.05, keep_ahead=5000)
+    # 20,000 ahead: about a second of this word count's reading on 2 cores, so a feeder thread
+    # starved for a while on a loaded machine does not let the bounded spout run dry and finish.
+    return StreamFeeder(redis_url, STREAM, per_round=5000, every=0.05, keep_ahead=20000)
 
 
 def _driver_live(cp: ControlPlane, name: str) -> bool:
@@ -174,7 +176,7 @@ def test_marking_a_running_submit_task_failed_ends_the_run_killed(airflow_live, 
     live = airflow_live
     dag_id = "wordcount_topology"
     cp = ControlPlane(redis_url)
-    run_id = live.trigger(dag_id, {"sentences": 2000, "workers": 1})
+    run_id = live.trigger(dag_id, {"sentences": 20000, "workers": 1})
     with _fed(redis_url):  # still running when marked
         assert wait_for(lambda: _driver_live(cp, "wordcount"), 240), live.describe_run(dag_id, run_id)
         r = live.api("PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/wordcount",
@@ -192,7 +194,7 @@ def test_marking_a_deferred_submit_task_failed_ends_the_run_killed(airflow_live,
     live = airflow_live
     dag_id = "wordcount_topology_deferrable"
     cp = ControlPlane(redis_url)
-    run_id = live.trigger(dag_id, {"sentences": 2000, "workers": 1})
+    run_id = live.trigger(dag_id, {"sentences": 20000, "workers": 1})
 
     def deferred_and_live() -> bool:
         state = (live.task_instances(dag_id, run_id).get("wordcount") or {}).get("state")

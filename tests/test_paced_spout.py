@@ -44,4 +44,8 @@ def test_a_paced_spout_has_a_complete_latency_of_milliseconds_not_seconds():
     paced = status.components["paced"]
     assert paced.acked == 40
     print(f"\npaced spout complete latency p50 {paced.complete_latency_p50_ms} ms, p99 {paced.complete_latency_p99_ms} ms")
-    assert paced.complete_latency_p99_ms < 100, paced  # one flush per call, not a burst every 64 calls
+    # One flush per call, not a burst every 64 calls (that gave p50 949 ms, p99 1,972 ms). A tuple
+    # whose ack comes back while the spout sleeps in its next call waits out that sleep (50 ms
+    # here; a few sleeps on a loaded machine): with 40 tuples p99 is the slowest one.
+    assert paced.complete_latency_p50_ms < 20, paced
+    assert paced.complete_latency_p99_ms < 500, paced
