@@ -152,27 +152,22 @@ class SpoutExecutor(BaseExecutor):
             anchors = {lineage.add(msg_id): 0}
             for t in targets:
                 deliver(t, values, info, self.task, anchors)
-            budget = self.budget
-            if budget is not None:
-                budget.countdown -= 1
-                if budget.countdown <= 0:
-                    budget.observe(values)
-            return
-        if self.n_ackers == 0:  # Storm: no ackers -> the spout's ack is called at emit
+        elif self.n_ackers == 0:  # Storm: no ackers -> the spout's ack is called at emit
             for t in targets:
                 deliver(t, values, info, self.task, None)
             stats.acked += 1
             self._callback(self.instance.ack, msg_id)
             return
-        root = self._new_root()
-        init_val = 0
-        for t in targets:
-            edge = getrandbits(64)
-            init_val ^= edge
-            deliver(t, values, info, self.task, {root: edge})
-        self.pending.add(root, msg_id, time.perf_counter())
-        self.port.inits.append((root, init_val, self.task))
-        budget = self.budget
+        else:
+            root = self._new_root()
+            init_val = 0
+            for t in targets:
+                edge = getrandbits(64)
+                init_val ^= edge
+                deliver(t, values, info, self.task, {root: edge})
+            self.pending.add(root, msg_id, time.perf_counter())
+            self.port.inits.append((root, init_val, self.task))
+        budget = self.budget  # both pendings: the tracked trees, or the uncommitted emits
         if budget is not None:
             budget.countdown -= 1
             if budget.countdown <= 0:
