@@ -18,6 +18,7 @@ SAMPLES = [
     m.Fatal(0, 0, "split", 3, "split[3] prepare() raised ValueError: x", "Traceback ..."),
     m.ProbeReply(1, 0, 7, idle=True, finished=False, input_done=True, pending=3, counters=[1, 2, 3, 4],
                  held={"win": 3}, at_cap={"src": 1000}, cp_final_done=None),
+    m.InputDrained(1, 0),
     m.BarrierDone(0, 0, 5, 12),
     m.Committed(1, 0, 12),
     m.ExactlyOnceFailure(0, 0, "barrier 12: Redis down"),

@@ -221,6 +221,11 @@ class RunSupervisor(DayTwoOperations):
 
     # --- the control loop step -------------------------------------------------------------------
     def step(self, timeout_ms: int = 50) -> None:
+        if self.state == RUNNING and self._stop_reason is None:
+            # Wake for the next probe, not a whole poll later: the end of a bounded run is
+            # a chain of probes ENDGAME_PROBE_INTERVAL apart.
+            due_ms = (self._probe_at + self._probe_every - time.monotonic()) * 1000.0
+            timeout_ms = max(0, min(timeout_ms, int(due_ms) + 1))
         if self.control.poll(timeout_ms):
             while True:
                 got = self.control.recv()
@@ -346,6 +351,8 @@ class RunSupervisor(DayTwoOperations):
         elif isinstance(msg, (cm.BarrierDone, cm.Committed)):
             if self.checkpoints is not None:
                 self.checkpoints.on_message(msg)
+        elif isinstance(msg, cm.InputDrained):
+            self._probe_at = 0.0  # probe at once: the run may be ending
         elif isinstance(msg, cm.ProbeReply):
             if msg.seq == self._probe_seq:
                 self._replies[w] = msg
@@ -374,7 +381,8 @@ class RunSupervisor(DayTwoOperations):
 
     def _evaluate_probe(self) -> None:
         replies = [self._replies[i] for i in sorted(self._replies)]
-        self._probe_every = PROBE_INTERVAL
+        # Every spout is done: only the tuples in flight are left, and the end is near.
+        self._probe_every = ENDGAME_PROBE_INTERVAL if all(r.input_done for r in replies) else PROBE_INTERVAL
         if self.rebalance is not None and self._probe_seq > self.rebalance.after_probe:
             self.rebalance.pending = sum(r.pending for r in replies)
         if not all(r.idle and r.input_done for r in replies):

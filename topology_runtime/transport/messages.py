@@ -99,6 +99,14 @@ class ProbeReply(FromWorker):
 
 
 @dataclass(frozen=True)
+class InputDrained(FromWorker):
+    """Unasked, once an incarnation: every user spout of the worker is done and nothing is
+    queued. A bounded run may be ending: the supervisor probes now, not at its next interval."""
+
+    KIND = "input_drained"
+
+
+@dataclass(frozen=True)
 class BarrierDone(FromWorker):
     """Exactly-once: a spout task's barrier tree for ``txid`` completed."""
 
@@ -223,7 +231,7 @@ class Inspect(ControlMessage):
 
 KINDS: dict[str, type[ControlMessage]] = {
     cls.KIND: cls for cls in (
-        Hello, Ready, Stats, Stopped, Fatal, ProbeReply, BarrierDone, Committed, ExactlyOnceFailure, RunFailed,
+        Hello, Ready, Stats, Stopped, Fatal, ProbeReply, InputDrained, BarrierDone, Committed, ExactlyOnceFailure, RunFailed,
         Peers, Probe, Drain, Pause, Resume, Stop, FinalCheckpoint, EndOfInput, Barrier, Commit, Inspect)
 }
 

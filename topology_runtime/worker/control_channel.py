@@ -26,6 +26,7 @@ from ..transport.messages import (
     Fatal,
     FinalCheckpoint,
     Hello,
+    InputDrained,
     Inspect,
     Pause,
     Peers,
@@ -126,6 +127,9 @@ class WorkerControl:
 
     def fatal(self, component: str, task: int, error: str, traceback: str) -> None:
         self.client.send(Fatal(self.index, self.incarnation, component, task, error, traceback))
+
+    def input_drained(self) -> None:
+        self.client.send(InputDrained(self.index, self.incarnation))
 
     def barrier_done(self, task: int, txid: int) -> None:
         self.client.send(BarrierDone(self.index, self.incarnation, task, txid))

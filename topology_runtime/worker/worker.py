@@ -301,6 +301,7 @@ class Worker:
         transport = self.transport
         flush_secs = float(self.conf.get("topology.batch.flush.interval.millis") or 1) / 1000.0
         wait_ms = 0
+        told_drained = False
         while not self.stop_requested:
             events = dict(poller.poll(wait_ms))
             busy = False
@@ -354,7 +355,12 @@ class Worker:
                     self.stop_requested = True
             if busy or self.queue:
                 wait_ms = 0
-            elif any(s.can_emit() for s in spouts) and not transport.backlogged():
+                continue
+            if not told_drained and not self.off_loop_inflight and all(
+                    s.system or s.finished or s.deactivated or s.input_finished for s in spouts):
+                told_drained = True  # the end of a bounded run need not wait for the next probe
+                ctl.input_drained()
+            if any(s.can_emit() for s in spouts) and not transport.backlogged():
                 wait_ms = idle_ms
             else:
                 wait_ms = 20 if not transport.backlogged() else 1
