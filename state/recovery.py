@@ -125,13 +125,19 @@ def _tasks(client: redis.Redis, topology_id: str) -> dict[str, tuple[str, bool]]
     return dict(sorted(tasks.items(), key=order))
 
 
-def _txids(client: redis.Redis, topology_id: str, part: str) -> tuple[int | None, int | None, int]:
+def _txids(client: redis.Redis, topology_id: str, parts: list[str]) -> list[tuple[int | None, int | None, int]]:
+    """(committed txid, prepared txid, entries prepared) of every slot, in one round trip (a
+    keyed component has a slot per key group: hundreds of slots)."""
     pipe = client.pipeline(transaction=False)
-    pipe.hgetall(slot_key(topology_id, part, "txid"))
-    pipe.hlen(slot_key(topology_id, part, "prepare"))
-    raw, n = pipe.execute()
-    d = {(k.decode() if isinstance(k, bytes) else k): int(v) for k, v in raw.items()}
-    return d.get("commit"), d.get("prepare"), int(n)
+    for part in parts:
+        pipe.hgetall(slot_key(topology_id, part, "txid"))
+        pipe.hlen(slot_key(topology_id, part, "prepare"))
+    replies = pipe.execute() if parts else []
+    out = []
+    for raw, n in zip(replies[::2], replies[1::2]):
+        d = {(k.decode() if isinstance(k, bytes) else k): int(v) for k, v in raw.items()}
+        out.append((d.get("commit"), d.get("prepare"), int(n)))
+    return out
 
 
 def is_known(client: redis.Redis, topology_id: str) -> bool:
@@ -198,8 +204,9 @@ def recover_stopped(client: redis.Redis, topology_id: str, action: str = "auto",
     between worker generations): no lease check. With ``replication`` every write waits for
     its replicas (state/replication.py); with ``token`` (the run's) every write is fenced."""
     cp = load_checkpoint(client, topology_id)
-    tasks = [TaskRecovery(t, comp, *_txids(client, topology_id, t), dropped=dropped)
-             for t, (comp, dropped) in _tasks(client, topology_id).items()]
+    slots = _tasks(client, topology_id)
+    tasks = [TaskRecovery(t, comp, *txids, dropped=dropped)
+             for (t, (comp, dropped)), txids in zip(slots.items(), _txids(client, topology_id, list(slots)))]
     if action == "auto":
         decision = {PREPARING: "rollback", COMMITTING: "commit"}.get(cp.state, "nothing")
     else:

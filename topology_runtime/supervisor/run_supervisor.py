@@ -221,11 +221,8 @@ class RunSupervisor(DayTwoOperations):
 
     # --- the control loop step -------------------------------------------------------------------
     def step(self, timeout_ms: int = 50) -> None:
-        if self.state == RUNNING and self._stop_reason is None:
-            # Wake for the next probe, not a whole poll later: the end of a bounded run is
-            # a chain of probes ENDGAME_PROBE_INTERVAL apart.
-            due_ms = (self._probe_at + self._probe_every - time.monotonic()) * 1000.0
-            timeout_ms = max(0, min(timeout_ms, int(due_ms) + 1))
+        if self.state == RUNNING and self._stop_reason is None:  # wake for the next probe, not a poll later
+            timeout_ms = max(0, min(timeout_ms, int((self._probe_at + self._probe_every - time.monotonic()) * 1000) + 1))
         if self.control.poll(timeout_ms):
             while True:
                 got = self.control.recv()

@@ -1,6 +1,6 @@
 """The bolt executor: the collector a bolt calls (emit, ack, fail, emitters for bulk emits, work
 off the loop) and the execution of its input tuples, with BasicBolt's automatic acking.
-Checkpointing and barrier alignment wrap ``process`` (checkpoints.py).
+Checkpoint tuples go to ``checkpoint_handler`` (checkpoints.py), which may wrap ``process``.
 
 In exactly-once mode the ackers track barriers only: a data tuple carries its spout root
 unchanged (reliability/lineage.py), an ack only counts, and a fail goes straight to the spout
@@ -34,6 +34,9 @@ class BoltExecutor(BaseExecutor):
         super().__init__(port, task, component, instance, routes)
         self.basic = basic
         self.current: Tuple | None = None
+        # What runs this task's checkpoint tuples (the worker queues them to it): its
+        # checkpointing or barrier alignment, else the task itself.
+        self.checkpoint_handler: Any = self
         self.tracking = port.n_ackers > 0
         self._execute = instance.execute
         # What an input's ack and fail do: acker trees, or (exactly-once) lineage only.

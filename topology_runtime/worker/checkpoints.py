@@ -54,6 +54,7 @@ class StormCheckpointing:
 
     def __init__(self, ex: BoltExecutor, n_inputs: int, state: Any = None) -> None:
         self.ex = ex
+        self.task = ex.task  # a queue entry's task (the queue depth per task)
         self.barrier = CheckpointBarrier(n_inputs)
         self.cp_route = ex.routes[CHECKPOINT_STREAM]
         self.cp_sids = _checkpoint_sids(ex)
@@ -64,6 +65,7 @@ class StormCheckpointing:
             ex.instance.ack = self._held_ack  # acked for real only when the checkpoint commits
         self._plain_process = ex.process
         ex.process = self.process
+        ex.checkpoint_handler = self
 
     def process(self, tup: Tuple) -> None:
         if tup.info.sid in self.cp_sids:
@@ -152,6 +154,7 @@ class BarrierAlignment:
 
     def __init__(self, ex: BoltExecutor, n_inputs: int, state: Any = None) -> None:
         self.ex = ex
+        self.task = ex.task  # a queue entry's task (the queue depth per task)
         self.cp_route = ex.routes[CHECKPOINT_STREAM]
         self.cp_sids = _checkpoint_sids(ex)
         self.n_inputs = n_inputs
@@ -161,11 +164,15 @@ class BarrierAlignment:
         self.state = state
         if state is not None:
             ex.instance.init_state(state)  # state restored by recovery before the workers started
+        # The worker queues the barriers to this object; data tuples pass through ``process``
+        # only while a channel is blocked (the per-tuple path stays the executor's own).
         self._plain_process = ex.process
-        ex.process = self.process
+        ex.checkpoint_handler = self
 
     def process(self, tup: Tuple) -> None:
         if tup.info.sid in self.cp_sids:
+            if not self.blocked:
+                self.ex.process = self.process  # type: ignore[method-assign]
             self.blocked.add(tup.source_task)
             self.barrier_tups.append(tup)
             if len(self.barrier_tups) == self.n_inputs:
@@ -194,9 +201,10 @@ class BarrierAlignment:
             for b in barriers:
                 _system(ex, ex.ack, b)
         self.blocked.clear()
+        ex.process = self._plain_process  # type: ignore[method-assign]
         held, self.held_inputs = self.held_inputs, []
         for t in held:
-            self.process(t)
+            self.process(t)  # a barrier among them blocks its channel again
 
     def commit(self, txid: int) -> None:
         st = self.state

@@ -2,7 +2,7 @@
 it reads is bound once (closure cells) instead of looked up on the worker per tuple.
 
 A tuple for a task of this worker joins the queue by reference (a priority stream's at its
-front); one for another worker joins that worker's next batch, which leaves when it is full
+front, a checkpoint stream's for its task's checkpoint handler); one for another worker joins that worker's next batch, which leaves when it is full
 or at once for streams that must not wait (priority tuples, chunks)."""
 
 from __future__ import annotations
@@ -16,7 +16,11 @@ from .port import Deliver
 
 def make_deliver(worker: Any) -> Deliver:
     queue, local_bolts, outbox = worker.queue, worker.local_bolts, worker.outbox
-    priority, send_now, task_worker = worker.priority_sids, worker.send_now_sids, worker.task_worker
+    send_now, task_worker = worker.send_now_sids, worker.task_worker
+    # Priority tuples go to the front of the queue, checkpoint tuples to their task's handler:
+    # one set lookup per tuple for both.
+    checkpoint = worker.checkpoint_sids
+    special = worker.priority_sids | checkpoint
     batch_size, completed = worker.batch_size, worker.completed_calls
     run_completions, send_peer = worker._run_completions, worker._send_peer  # noqa: SLF001 - the worker's own
     append, appendleft, bolt_of, outbox_of = queue.append, queue.appendleft, local_bolts.get, outbox.get
@@ -30,8 +34,11 @@ def make_deliver(worker: Any) -> Deliver:
             run_completions()
         ex = bolt_of(task)
         if ex is not None:
-            if info.sid in priority:
-                appendleft((ex, Tuple(values, info, src, anchors)))
+            if info.sid in special:
+                if info.sid in checkpoint:
+                    append((ex.checkpoint_handler, Tuple(values, info, src, anchors)))
+                else:
+                    appendleft((ex, Tuple(values, info, src, anchors)))
             else:
                 append((ex, Tuple(values, info, src, anchors)))
             return

@@ -21,6 +21,7 @@ import zmq
 from ..api.components import Tuple
 from ..api.config import FENCING_TOKEN
 from ..plan.planner import Plan
+from ..reliability.checkpointing import CHECKPOINT_STREAM
 from ..transport.messages import ProbeReply
 from ..transport.sockets import ControlClient, DataTransport, pack, transport_encryption, unpack
 from .acker_executor import AckerExecutor
@@ -109,6 +110,8 @@ class Worker:
             and info.stream in getattr(plan.spec(info.component).template, "priority_streams", ()))
         # Streams whose tuples leave for their peer at once, with what is batched for it: priority
         # tuples, and chunks (one tuple carrying hundreds: no reason to wait for batch_size more).
+        self.checkpoint_sids = frozenset(info.sid for info in plan.streams if info.stream == CHECKPOINT_STREAM)
+        self.special_sids = self.priority_sids | self.checkpoint_sids
         self.chunk_sids = frozenset(info.sid for info in plan.streams if info.chunk)
         self.send_now_sids = self.priority_sids | self.chunk_sids
         self.off_loop_runners: dict[int, SerialRunner] = {}
@@ -373,20 +376,26 @@ class Worker:
         n = 0  # tuples run, a chunk counting as its rows
         look, flush = RESPONSIVE_EVERY, FLUSH_EVERY  # n at the next look outside / own flush
         finished = self.completed_calls
-        while q and n < QUEUE_BUDGET:
-            ex, tup = pop()
-            self.dequeued += 1
-            ex.process(tup)
-            n += len(tup.values[1]) if tup.info.chunk else 1
-            if finished:  # a commit ended off the loop: its acks are the pipeline's critical path
-                self._run_completions()
-            if n >= look:
-                look = n + RESPONSIVE_EVERY
-                if n >= flush:
-                    flush = n + FLUSH_EVERY
-                    self._stay_responsive(True)
-                else:
-                    self._stay_responsive(False)
+        ran = 0  # entries run: a local, added to ``dequeued`` when it is read (not per tuple)
+        try:
+            while q and n < QUEUE_BUDGET:
+                ex, tup = pop()
+                ex.process(tup)
+                ran += 1
+                n += len(tup.values[1]) if tup.info.chunk else 1
+                if finished:  # a commit ended off the loop: its acks are the pipeline's critical path
+                    self._run_completions()
+                if n >= look:
+                    look = n + RESPONSIVE_EVERY
+                    self.dequeued += ran
+                    ran = 0
+                    if n >= flush:
+                        flush = n + FLUSH_EVERY
+                        self._stay_responsive(True)
+                    else:
+                        self._stay_responsive(False)
+        finally:
+            self.dequeued += ran
 
     def _stay_responsive(self, flush: bool) -> None:
         """Mid-drain: a long drain must not hold back what waits outside the queue. Acks and
@@ -409,14 +418,17 @@ class Worker:
             q = self.queue
             streams = self.streams
             bolts = self.local_bolts
-            priority = self.priority_sids
+            special, checkpoint = self.special_sids, self.checkpoint_sids
             first = None
             for task, src, sid, values, anchors in data:
                 ex = bolts.get(task)
                 if ex is None:
                     self.misrouted += 1
                     continue
-                if sid in priority:
+                if sid in special:
+                    if sid in checkpoint:
+                        q.append((ex.checkpoint_handler, Tuple(values, streams[sid], src, anchors)))
+                        continue
                     if first is None:
                         first = []
                     first.append((ex, Tuple(values, streams[sid], src, anchors)))
