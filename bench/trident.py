@@ -99,7 +99,7 @@ class ClockedOpaqueState(RedisMapState):
         return state
 
 
-def trident_topology(data: dict[int, list[list]], batch: int, txid: str, state: RedisMapState):
+def trident_topology(data: dict[int, list[tuple]], batch: int, txid: str, state: RedisMapState):
     t = TridentTopology()
     (t.new_stream(txid, MemoryTransactionalSpout(data, ["sentence"], batch)).parallelism_hint(WORKERS)
      .each(["sentence"], Split(), ["word"])
@@ -138,8 +138,11 @@ class Workload:
         self.sentences = make_sentences(words // WORDS_PER_SENTENCE)
         self.words = len(self.sentences) * WORDS_PER_SENTENCE
         parts = {q: self.sentences[q::PARTITIONS] for q in range(PARTITIONS)}
-        self.sentence_rows = {q: [[s] for s in part] for q, part in parts.items()}
-        self.word_rows = {q: [[w] for s in part for w in s.split()] for q, part in parts.items()}
+        # Rows as tuples: the in-memory spout keeps a tuple row instead of copying it (a million
+        # list copies: ~0.8 s inside the clock), and a tuple of strings leaves the GC's tracking,
+        # so each forked worker's start-up collection does not walk a million lists (~0.2 s).
+        self.sentence_rows = {q: [(s,) for s in part] for q, part in parts.items()}
+        self.word_rows = {q: [(w,) for s in part for w in s.split()] for q, part in parts.items()}
         self.batch = batch
         self.batches = max(-(-len(part) // batch) for part in parts.values())
         # The words the timed window covers: every batch's but the first's.
