@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import logging
@@ -188,7 +189,14 @@ class LocalRun:
         spec = WorkerSpec(self.name, self.plan, index, incarnation, self.supervisor.control.address,
                           self.supervisor.secret, token=self.token)
         p = _fork.Process(target=_worker_main, args=(spec,), name=f"{self.name}-worker-{index}", daemon=True)
-        p.start()
+        # The child inherits this process's heap: frozen around the fork, it lands in the child's
+        # permanent generation, so the worker's start-up collection does not walk it (a driver
+        # holding a million rows: ~0.3 s a worker) and its pages are not touched (copy-on-write).
+        gc.freeze()
+        try:
+            p.start()
+        finally:
+            gc.unfreeze()
         self.procs[index] = p
         self.incarnations[index] = incarnation
 
