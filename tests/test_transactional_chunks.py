@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 import redis
 
 from examples.transactional_count import KeyedCount, UpdateWordCounts
@@ -22,6 +23,8 @@ from topology_runtime.transactional import (
     TransactionalTopologyBuilder,
 )
 from topology_runtime.transactional.batch_executor import CHUNK_ROWS, RowChunks
+from topology_runtime.transport.wire import WireTypeError
+from topology_runtime.worker.bolt_executor import BoltExecutor
 
 
 def test_row_chunks_fill_per_target_and_flush_the_rest():
@@ -42,9 +45,41 @@ def test_row_chunks_fill_per_target_and_flush_the_rest():
     assert counts == {1: 3, 2: 2} and all(h is head for _, h, _ in sent)
     got: dict[int, list[int]] = {}
     for t, _, chunk in sent:
-        got.setdefault(t, []).extend(v[1] for v in chunk)
+        got.setdefault(t, []).extend(v[0] for v in chunk)  # a row is the values after the head
     assert got == {1: list(range(n)), 2: [i for i in range(n) if i % 2]}  # every row once per target, in order
     assert rows.flush() == counts and len(sent) == 5  # nothing left to send
+
+
+def test_row_router_checks_the_head_once_and_refuses_a_bad_row_value():
+    """``row_router(stream, head)`` routes ``[head, *row]`` like ``router(stream)`` and refuses
+    what ``check_values`` refuses, naming the component, stream and field."""
+
+    class Route:
+        fields = ["id", "word", "n"]
+
+        @staticmethod
+        def targets(values):
+            return [len(values[1])]
+
+    class Ex:  # just what row_router reads of a BoltExecutor
+        component = "split"
+
+        def _route(self, stream, direct):
+            assert stream == "default" and not direct
+            return Route
+
+    head = [5, 77]
+    targets = BoltExecutor.row_router(Ex(), "default", head)
+    assert targets(["ab", 1]) == [2] and targets(("abc", None)) == [3]
+    assert targets([["x", {"k": 1}], 2]) == [2]  # nested values: the full check, still carried
+    with pytest.raises(WireTypeError, match="component 'split' stream 'default' field 'n'"):
+        targets(["ab", object()])
+    with pytest.raises(WireTypeError, match="component 'split' stream 'default' field 'word'"):
+        targets([{1, 2}, 1])
+    with pytest.raises(ValueError, match="component 'split' stream 'default': emitted 4 value"):
+        targets(["ab", 1, 2])
+    with pytest.raises(WireTypeError, match="component 'split' stream 'default' field 'id'"):
+        BoltExecutor.row_router(Ex(), "default", object())  # the head, checked once up front
 
 
 class Split(BatchBolt):

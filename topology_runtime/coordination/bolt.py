@@ -118,6 +118,8 @@ class CoordinatedBolt(Bolt):
             d.ack, d.fail = self._delegate_ack, self._delegate_fail
             d.reset_timeout, d.run_off_loop = self.reset_timeout, self.run_off_loop
             d.router, d.chunk_emitter, d.finish_deferred = self.router, self._counted_chunk_emitter, self._finish_deferred
+            if hasattr(self, "row_router"):  # optional: a chunker falls back to router without it
+                d.row_router = self.row_router
             d.prepare(conf, context)
 
     def cleanup(self) -> None:

@@ -38,22 +38,27 @@ from .spouts import BatchCannotSucceed
 log = logging.getLogger(__name__)
 
 # A batch's default-stream tuples travel between coordinated bolts in chunks: one tuple
-# [attempt, rows] per target task per CHUNK_ROWS rows, each row a whole tuple's values. Routing
-# (the user's grouping) is still per row; the queue, transport, coordination tracking and acking
-# are per chunk, a fraction of a row's cost on a hop that carries thousands of rows per batch.
+# [attempt, rows] per target task per CHUNK_ROWS rows, each row a tuple's values after the
+# attempt (the chunk's head stands for it: not repeated per row, so not packed, sent and
+# unpacked per row either). Routing (the user's grouping) is still per row, on the whole
+# values; the queue, transport, coordination tracking and acking are per chunk, a fraction of
+# a row's cost on a hop that carries thousands of rows per batch.
 CHUNK_ROWS = 256
 
 
 class RowChunks:
     """One attempt's rows on their way to each target task: a chunk leaves when it holds
     CHUNK_ROWS rows, the rest at ``flush``. ``sent`` counts the chunks per task. ``add(values)``
-    takes a tuple's values (the attempt first), ``add_row(row)`` a spout's row (the attempt is
-    put in front); both route by the user's grouping, checked as an emit. Closures, not methods:
-    they run once per row."""
+    takes a tuple's values (``head`` first), ``add_row(row)`` a spout's row and ``add_rest(rest)``
+    a list of the values after the attempt that the caller gives up (the attempt is put in front
+    of both); all route by the user's grouping on the whole values, checked as an emit, and keep
+    the values after the attempt. ``row_route``, if given, is ``targets(row)`` for the values
+    ``[head, *row]`` (``BoltExecutor.row_router``: the head checked once, not per row). Closures,
+    not methods: they run once per row."""
 
-    __slots__ = ("head", "chunks", "sent", "add", "add_row", "_send")
+    __slots__ = ("head", "chunks", "sent", "add", "add_row", "add_rest", "_send")
 
-    def __init__(self, route: Any, send: Any, head: list) -> None:
+    def __init__(self, route: Any, send: Any, head: list, row_route: Any = None) -> None:
         self.head = head
         chunks: dict[int, list] = {}
         sent: dict[int, int] = {}
@@ -63,24 +68,34 @@ class RowChunks:
             send(task, head, rows)
             sent[task] = sent.get(task, 0) + 1
 
-        def adder(prefixed: bool):
-            def add(values: list) -> list[int]:
-                if prefixed:
-                    values = [head, *values]
-                targets = route(values)
-                for t in targets:
-                    c = chunks.get(t)
-                    if c is None:
-                        chunks[t] = [values]
-                    else:
-                        c.append(values)
-                        if len(c) >= CHUNK_ROWS:
-                            send_chunk(t, c)
-                            chunks[t] = []
-                return targets
-            return add
+        def keep(targets: list[int], row: Any) -> list[int]:
+            for t in targets:
+                c = chunks.get(t)
+                if c is None:
+                    chunks[t] = [row]
+                else:
+                    c.append(row)
+                    if len(c) >= CHUNK_ROWS:
+                        send_chunk(t, c)
+                        chunks[t] = []
+            return targets
 
-        self.add, self.add_row, self._send = adder(False), adder(True), send_chunk
+        if row_route is None:
+            def row_route(row: Any) -> list[int]:
+                return route([head, *row])
+
+        def add(values: list) -> list[int]:
+            rest = values[1:]
+            return keep(row_route(rest), rest)
+
+        def add_rest(rest: list) -> list[int]:
+            return keep(row_route(rest), rest)
+
+        def add_row(row: Any) -> list[int]:
+            # A tuple row is kept as it is (immutable: the in-memory spout's), a list copied.
+            return keep(row_route(row), row if type(row) is tuple else list(row))
+
+        self.add, self.add_row, self.add_rest, self._send = add, add_row, add_rest, send_chunk
 
     def flush(self) -> dict[int, int]:
         for t, c in self.chunks.items():
@@ -167,11 +182,17 @@ class _Executor(Bolt):
 
     def prepare(self, conf: dict, context: Any) -> None:
         self.conf, self.context = conf, context
-        self._rows_route = self._send_chunk = None
+        self._rows_route = self._send_chunk = self._row_router = None
         if "default" in self.outputs:
             self._rows_route = self.router("default")  # type: ignore[attr-defined]  # the user's grouping, per row
+            # the executor's row_router(stream, head) where it offers one: a chunker's head checked once
+            self._row_router = getattr(self, "row_router", None)
             self._send_chunk = self.chunk_emitter(ROWS_STREAM)  # type: ignore[attr-defined]
         self._tx_state: Any = None  # opened on the first failure to record (bolts); the emitter's own
+
+    def _row_chunks(self, head: list) -> RowChunks:
+        rr = self._row_router
+        return RowChunks(self._rows_route, self._send_chunk, head, rr("default", head) if rr is not None else None)
 
     def _record_failure(self, attempt: TransactionAttempt, what: str, exc: BaseException) -> None:
         try:
@@ -204,7 +225,7 @@ class SpoutBatchExecutor(_Executor):
             raise ValueError(f"transactional spout of {self.context.component_id!r} declares no fields")
         # One call emits thousands of rows: the wire form of the attempt is built once and the
         # chunker's add_row goes straight to the spout.
-        rows = RowChunks(self._rows_route, self._send_chunk, wire(attempt))
+        rows = self._row_chunks(wire(attempt))
         try:
             # values[1]: the last committed txid; values[2]: the coordinator's metadata, if any
             self.emitter.emit_batch(attempt, tup.values[1], rows.add_row, tup.values[2] if len(tup.values) > 2 else None)
@@ -297,9 +318,9 @@ class BatchBoltExecutor(_Executor):
         batch = self._batch(attempt)
         try:
             if tup.info.stream == ROWS_STREAM:  # a chunk: each row is one tuple of the source's default stream
-                info, src, execute = self._row_info(tup), tup.source_task, batch.execute
+                info, src, execute, make = self._row_info(tup), tup.source_task, batch.execute, Tuple
                 for row in tup.values[1]:
-                    execute(Tuple([attempt, *row[1:]], info, src, None))
+                    execute(make([attempt, *row], info, src, None))
             else:
                 batch.execute(Tuple([attempt, *tup.values[1:]], tup.info, tup.source_task, tup.anchors))
         except Exception as e:
@@ -322,7 +343,7 @@ class BatchBoltExecutor(_Executor):
         exception or FailedException fails the batch."""
         if tup.info.stream == ROWS_STREAM:
             info, src = self._row_info(tup), tup.source_task
-            rows = [Tuple([attempt, *row[1:]], info, src, None) for row in tup.values[1]]
+            rows = [Tuple([attempt, *row], info, src, None) for row in tup.values[1]]
         else:
             rows = [Tuple([attempt, *tup.values[1:]], tup.info, tup.source_task, None)]
         p = _Pending(attempt, tup, len(rows))
@@ -366,19 +387,19 @@ class BatchBoltExecutor(_Executor):
     def _attempt_emit(self, attempt: TransactionAttempt):
         wired = wire(attempt)  # one list per batch, shared by its tuples (receivers never mutate values)
         emit = self.emit
-        add_row = None
+        add_rest = None
         if self._rows_route is not None:
             rows = self._chunks.get(attempt)
             if rows is None:
-                rows = self._chunks[attempt] = RowChunks(self._rows_route, self._send_chunk, wired)
-            add_row = rows.add
+                rows = self._chunks[attempt] = self._row_chunks(wired)
+            add_rest = rows.add_rest
 
         def attempt_emit(values, anchors=None, stream="default"):
             first = values[0]
-            values = [wired if first is attempt else wire(first), *values[1:]]  # a copy: the caller's list stays theirs
-            if stream == "default" and add_row is not None and values[0] == wired:
-                return add_row(values)  # sent when full or at finish
-            return emit(values, anchors=[], stream=stream)  # unanchored: the coordination stream tracks batches
+            head = wired if first is attempt else wire(first)
+            if stream == "default" and add_rest is not None and head == wired:
+                return add_rest(values[1:])  # a copy: the caller's list stays theirs; sent when full or at finish
+            return emit([head, *values[1:]], anchors=[], stream=stream)  # unanchored: the coordination stream tracks batches
         return attempt_emit
 
     def _attempt_of_emit(self, values: Any) -> TransactionAttempt:

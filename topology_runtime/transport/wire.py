@@ -7,7 +7,7 @@ from typing import Any
 from state.keygroups import value_hash, values_hash
 
 _SCALARS = frozenset((str, float, bool, bytes, type(None)))
-_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
+INT_MIN, INT_MAX = -(2**63), 2**64 - 1
 
 
 class WireTypeError(TypeError):
@@ -19,7 +19,7 @@ def _carryable(v: Any, depth: int = 0) -> bool:
     if t in _SCALARS:
         return True
     if t is int:
-        return _INT_MIN <= v <= _INT_MAX
+        return INT_MIN <= v <= INT_MAX
     if depth > 32:
         return False
     if t is list or t is tuple:
@@ -36,13 +36,13 @@ def check_values(values: Any, fields: list[str], component: str, stream: str) ->
             t = type(v)
             if t is str or t is float or t is bool or v is None or t is bytes:
                 continue
-            if t is int and _INT_MIN <= v <= _INT_MAX:
+            if t is int and INT_MIN <= v <= INT_MAX:
                 continue
             if t is list and len(v) <= 8:  # e.g. a transactional attempt [txid, attempt_id]
                 for x in v:
                     tx = type(x)
                     if not (tx is str or tx is float or tx is bool or x is None or tx is bytes
-                            or (tx is int and _INT_MIN <= x <= _INT_MAX)):
+                            or (tx is int and INT_MIN <= x <= INT_MAX)):
                         break
                 else:
                     continue
@@ -69,7 +69,7 @@ def _check_slow(values: Any, fields: list[str], component: str, stream: str) -> 
         t = type(v)
         if t is str or t is float or t is bool or v is None or t is bytes:
             continue
-        if t is int and _INT_MIN <= v <= _INT_MAX:
+        if t is int and INT_MIN <= v <= INT_MAX:
             continue
         if not _carryable(v):
             raise WireTypeError(

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..api.components import DEFAULT_STREAM, TICK_INFO, FailedException, Tuple
 from ..reliability.lineage import spout_task_of
-from ..transport.wire import check_values
+from ..transport.wire import INT_MAX, INT_MIN, check_values
 from .executor_base import BaseExecutor, EmitError
 from .port import WorkerPort
 from .routing import Route
@@ -49,6 +49,7 @@ class BoltExecutor(BaseExecutor):
         instance.emit_direct = self.emit_direct
         instance.emitter = self.emitter
         instance.router = self.router
+        instance.row_router = self.row_router
         instance.chunk_emitter = self.chunk_emitter
         # A BasicBolt's input is acked by the runtime after execute; an explicit ack on top would
         # XOR the same edge twice and the tree would never complete, so it is a no-op there.
@@ -93,6 +94,29 @@ class BoltExecutor(BaseExecutor):
         fields, pick, component = route.fields, route.targets, self.component
 
         def targets(values) -> list[int]:
+            return pick(check_values(values, fields, component, stream))
+        return targets
+
+    def row_router(self, stream: str, head: list) -> Callable[[Any], list[int]]:
+        """``targets(row)``: ``router(stream)`` for the values ``[head, *row]``, ``head`` checked
+        once here instead of once per row."""
+        route = self._route(stream, False)
+        fields, pick, component = route.fields, route.targets, self.component
+        check_values([head, *([None] * (len(fields) - 1))], fields, component, stream)
+        n = len(fields) - 1
+
+        def targets(row) -> list[int]:
+            values = [head, *row]
+            if len(row) == n:  # scalars pass here; anything else gets check_values' full check and message
+                for v in row:
+                    t = type(v)
+                    if t is str or t is float or t is bool or v is None or t is bytes:
+                        continue
+                    if t is int and INT_MIN <= v <= INT_MAX:
+                        continue
+                    break
+                else:
+                    return pick(values)
             return pick(check_values(values, fields, component, stream))
         return targets
 
