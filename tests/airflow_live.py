@@ -217,7 +217,10 @@ class AirflowLive:
             for task_id, ti in self.task_instances(dag_id, run_id).items():
                 parts.append(f"===== {task_id}: {ti['state']} (try {ti['try_number']})")
                 if ti["try_number"]:
-                    parts.append("\n".join(self.task_log(dag_id, run_id, task_id, ti["try_number"]).splitlines()[-80:]))
+                    lines = self.task_log(dag_id, run_id, task_id, ti["try_number"]).splitlines()
+                    if len(lines) > 80:  # the head says which path the try took, the tail where it is
+                        lines = [*lines[:30], f"[... {len(lines) - 80} lines ...]", *lines[-50:]]
+                    parts.append("\n".join(lines))
         except AssertionError as e:
             parts.append(f"(could not read the task instances: {e})")
         return "\n".join(parts) + "\n" + self.tails()

@@ -228,21 +228,30 @@ def test_a_retry_after_the_task_process_is_sigkilled_reattaches_to_the_same_run(
                / "task_id=wordcount" / "attempt=2.log")
         return log.is_file() and attached in log.read_text(errors="replace")
 
-    run_id = live.trigger(dag_id, {"sentences": 20000})
-    assert wait_for(lambda: _driver_live(cp, "wordcount"), 240), live.describe_run(dag_id, run_id)
-    token = cp.get("wordcount").info["token"]
     def cmd(p: psutil.Process) -> str:
         return " ".join(p.info["cmdline"] or [])
-    # spark-submit execs into the JVM (SparkSubmit), keeping the pid the task process started
-    submits = [p for p in psutil.process_iter(["cmdline"]) if "SparkSubmit" in cmd(p) and "topology-wordcount" in cmd(p)]
-    assert submits, "no spark-submit of the word count found"
-    task_process = submits[0].parent()
-    # More sentences keep coming until the retry has re-attached: the run outlasts it however slow
-    # the machine, and ends soon after.
+
+    # More sentences keep coming from before the run starts until the retry has re-attached: the
+    # run outlasts it however slow the machine (the 20,000 loaded are read in about a second, and a
+    # bounded run ends within milliseconds of its last tuple), and it ends soon after.
     with _fed(redis_url):
+        run_id = live.trigger(dag_id, {"sentences": 20000})
+        assert wait_for(lambda: _driver_live(cp, "wordcount"), 240), live.describe_run(dag_id, run_id)
+        token = cp.get("wordcount").info["token"]
+        # spark-submit execs into the JVM (SparkSubmit), keeping the pid the task process started
+        submits = [p for p in psutil.process_iter(["cmdline"])
+                   if "SparkSubmit" in cmd(p) and "topology-wordcount" in cmd(p)]
+        assert len(submits) == 1, [cmd(p) for p in submits]  # one, not a leftover of an earlier test
+        task_process = submits[0].parent()
+        killed = f"{task_process.pid} ({' '.join(task_process.cmdline())[:200]})"
         task_process.send_signal(signal.SIGKILL)
-        assert wait_for(retry_attached, 240, interval=0.5), live.describe_run(dag_id, run_id)
-        assert cp.is_live("wordcount"), "the run ended before the retry re-attached"
+
+        def why() -> str:
+            rec = cp.get("wordcount")
+            return (f"killed {killed}; the run now: {rec.state if rec else None} {rec.info if rec else None} "
+                    f"(token at start {token})\n" + live.describe_run(dag_id, run_id))
+        assert wait_for(retry_attached, 240, interval=0.5), why()
+        assert cp.is_live("wordcount"), "the run ended before the retry re-attached: " + why()
     assert live.wait_for_run(dag_id, run_id, timeout=300) == "success", live.describe_run(dag_id, run_id)
     ti = live.task_instances(dag_id, run_id)["wordcount"]
     assert ti["try_number"] == 2, ti

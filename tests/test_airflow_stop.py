@@ -154,7 +154,8 @@ def test_a_retry_of_the_same_task_reattaches_and_another_dag_run_is_refused(airf
     cp = ControlPlane(redis_url)
     assert wait_for(lambda: _running(cp, name), 120)
     token = cp.get(name).info["token"]
-    with pytest.raises(AirflowException, match="already live"):  # another DAG run: refused
+    # Another DAG run: refused before any driver starts (the run was seen live), naming who has it.
+    with pytest.raises(AirflowException, match="already live .*started by DAG 'wc_dag' run 'run-1' task 'submit'"):
         op().execute(context={"ti": _ti("run-2")})
     outcome: dict = {}
     t = threading.Thread(target=lambda: outcome.setdefault("status", op().execute(context={"ti": _ti("run-1")})))

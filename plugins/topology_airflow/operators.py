@@ -97,6 +97,7 @@ class SubmitTopologyOperator(BaseOperator):
             return {"name": self.name, "state": ours.display_state, "log_file": ours.info.get("log")}
         if ours is not None:
             return self._reattach(ours)
+        self._refuse_if_live()
         if self.from_savepoint:
             self._hook.restore(self.from_savepoint, self.topology, self.name, int(self.workers), self.conf)
         if not self.wait_for_completion:
@@ -136,6 +137,20 @@ class SubmitTopologyOperator(BaseOperator):
         assert self._hook is not None  # execute sets it first
         rec = self._hook.get_run(self.name)
         return rec if started_by(rec, ti.dag_id, ti.run_id, ti.task_id) else None
+
+    def _refuse_if_live(self) -> None:
+        """Another run of this id is live (another DAG run's, a CLI's): fail now, naming it,
+        instead of starting a driver that the control plane would refuse once its JVM is up."""
+        assert self._hook is not None  # execute sets it first
+        rec = self._hook.get_run(self.name)
+        if rec is None or not rec.live:
+            return
+        info = rec.info
+        by = (f", started by DAG {info['dag_id']!r} run {info.get('dag_run_id')!r} task {info.get('task_id')!r}"
+              if info.get("dag_id") else "")
+        raise AirflowException(f"topology {self.name!r} is already live ({rec.display_state}, driver "
+                               f"{info.get('host', '?')} pid {info.get('pid', '?')}, started {info.get('started', '?')}"
+                               f"{by}); kill it first: topology kill {self.name}")
 
     def _reattach(self, rec: Any) -> dict:
         assert self._hook is not None  # execute sets it first
