@@ -17,7 +17,10 @@ random.Random(42) from w0..w9999, split into words and every word counted. Rows:
 * eo: bench/rescale.py's exactly-once stateful word count (checkpoints every 1 s), 2 workers;
 * transactional: the hand-written transactional word count as bench/trident.py runs it
   (bench/transactional.py's topology; its spout emits the same words, no split stage; batches
-  of 2 x 900 sentences' words, max.spout.pending 4), 2 workers.
+  of 2 x 900 sentences' words, max.spout.pending 4), 2 workers; a committer task per count task
+  (grouped on the word, as the count is: each count task's rows stay in its worker);
+  transactional-1c: the same with one committer task (every count row crosses to it);
+  transactional-b3000: batches of 2 x 3,000 sentences' words (17 commits a run instead of 56).
 
 Every row is one child process (Pathway and Bytewax: bench/windowing.py's bench-only venv;
 ours: this venv) and is timed the same way: ``wall`` = child spawned -> the system's run done
@@ -55,14 +58,16 @@ from bench.throughput import WORDS_PER_SENTENCE, CountBolt, make_sentences  # no
 from bench.windowing import WORKLOAD_SRC, _free_ports, compare_python  # noqa: E402
 
 ROWS = ["pathway", "pathway-stream", "bytewax-1", "bytewax-2", "bytewax-1-rec", "bytewax-2-rec", "unacked",
-        "acked", "eo", "transactional"]
+        "acked", "eo", "transactional", "transactional-1c", "transactional-b3000"]
 NAMES = {"pathway": "Pathway 0.33, static", "pathway-stream": "Pathway 0.33, streaming",
          "bytewax-1": "Bytewax 0.21.1", "bytewax-2": "Bytewax 0.21.1", "bytewax-1-rec": "Bytewax 0.21.1, recovery",
          "bytewax-2-rec": "Bytewax 0.21.1, recovery", "unacked": "ours, acking off", "acked": "ours, acking on",
-         "eo": "ours, exactly-once stateful", "transactional": "ours, hand-written transactional"}
+         "eo": "ours, exactly-once stateful", "transactional": "ours, hand-written transactional",
+         "transactional-1c": "ours, hand-written transactional, one committer task",
+         "transactional-b3000": "ours, hand-written transactional, 2 x 3,000-sentence batches"}
 WORKERS = {"pathway": "2 threads", "pathway-stream": "2 threads", "bytewax-1": "1", "bytewax-2": "2 processes",
            "bytewax-1-rec": "1", "bytewax-2-rec": "2 processes"}
-OURS = ("unacked", "acked", "eo", "transactional")
+OURS = ("unacked", "acked", "eo", "transactional", "transactional-1c", "transactional-b3000")
 TIMEOUT = 600  # s a run (--timeout)
 TX_BATCH = 900  # sentences per partition per batch (bench/trident.py's default)
 
@@ -250,10 +255,11 @@ class ExactCountBolt(CountBolt):
 
 def child_main(row: str, n: int, url: str, out: str) -> int:
     t = time.time()
-    if row == "transactional":
+    if row.startswith("transactional"):
         from bench.trident import Workload, run_transactional
 
-        w = Workload(n * WORDS_PER_SENTENCE, min(TX_BATCH, max(1, n // 6 // 2)))
+        batch = 3000 if row == "transactional-b3000" else TX_BATCH
+        w = Workload(n * WORDS_PER_SENTENCE, min(batch, max(1, n // 6 // 2)))
     else:
         sentences = make_sentences(n)
     gen = time.time() - t
@@ -282,12 +288,12 @@ def child_main(row: str, n: int, url: str, out: str) -> int:
 
         from state.values import ValueMap
 
-        r = run_transactional(w, url, 4, str(os.getpid()))
+        r = run_transactional(w, url, 4, str(os.getpid()), 1 if row == "transactional-1c" else 2)
         done, steady = t + r["wall_secs"], w.window_words / r["words_per_sec"]
         got = ValueMap(redis.Redis.from_url(url), "word-counts").get(list(w.truth))
         counts = Counter({k: v.value for k, v in got.items() if v is not None})
     Path(out).write_text(json.dumps({"gen_secs": gen, "done": done, "steady_secs": steady, "counts": counts,
-                                     "state": r["state"], "steady_words": w.window_words if row == "transactional"
+                                     "state": r["state"], "steady_words": w.window_words if row.startswith("transactional")
                                      else words}))
     return 0
 
@@ -356,7 +362,8 @@ def report(args, rows: list[str], runs: dict[str, list[dict]], loads: list[float
                      f"{fmt_ratio(top['words_per_sec_wall'], pw['words_per_sec_wall'] if pw else None)} | "
                      f"{fmt_ratio(top['steady_best'], pw['steady_best'] if pw else None)} | {counts} |")
     lines.append("")
-    for a, b in (("eo", "acked"), ("transactional", "eo"), ("unacked", base), ("acked", base), ("eo", base),
+    for a, b in (("eo", "acked"), ("transactional", "eo"), ("transactional-1c", "eo"), ("transactional-b3000", "eo"),
+                 ("unacked", base), ("acked", base), ("eo", base),
                  ("transactional", base)):
         if a in best and b in best and best[b]["steady_best"]:
             paired = sorted(x["words_per_sec_wall"] / y["words_per_sec_wall"] for x, y in zip(runs[a], runs[b])
@@ -394,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(r.startswith(("pathway", "bytewax")) for r in rows):
         compare_python()
     server = None
-    if {"eo", "transactional"} & set(rows):
+    if {"eo", *(r for r in ROWS if r.startswith("transactional"))} & set(rows):
         from bench.rescale import start_redis
 
         server = start_redis()

@@ -52,10 +52,13 @@ class SlowSink(UpdateWordCounts):
         self.window = conf["bench.window"]
 
 
-def build(data, take, name, emitters):
+def build(data, take, name, emitters, committers=1):
+    """``committers`` 2: a committer task per count task, grouped on the same field, so each count
+    task's rows go to the committer task beside it on its worker (the plan places task i of both
+    on the same worker) and the second hop never leaves the process."""
     b = TransactionalTopologyBuilder(name, "spout", MemoryTransactionalSpout(data, ["word"], take), emitters)
     b.set_bolt("count", KeyedCount(), 2).fields_grouping("spout", ["word"])
-    b.set_committer_bolt("update", SlowSink(), 1).fields_grouping("count", ["word"])
+    b.set_committer_bolt("update", SlowSink(), committers).fields_grouping("count", ["word"])
     return b.create_topology()
 
 

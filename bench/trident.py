@@ -177,7 +177,7 @@ def run_trident(w: Workload, url: str, pending: int, tag: str) -> dict:
             "window_words": w.window_words}
 
 
-def run_transactional(w: Workload, url: str, pending: int, tag: str) -> dict:
+def run_transactional(w: Workload, url: str, pending: int, tag: str, committers: int = 1) -> dict:
     client = redis.Redis.from_url(url)
     client.flushall()
     name, clock = f"bench-tx-{tag}", f"bench:tx-{tag}:clock"
@@ -186,7 +186,7 @@ def run_transactional(w: Workload, url: str, pending: int, tag: str) -> dict:
             "bench.clock.key": clock, "bench.window": [1, w.batches]}
     t0 = time.time()
     with LocalCluster(workers=WORKERS) as cluster:
-        status = cluster.run(name, build_transactional(w.word_rows, take, name, PARTITIONS), conf, timeout=1800)
+        status = cluster.run(name, build_transactional(w.word_rows, take, name, PARTITIONS, committers), conf, timeout=1800)
     wall = time.time() - t0
     got = ValueMap(client, "word-counts").get(list(w.truth))
     w0, w1 = float(client.get(f"{clock}:1")), float(client.get(f"{clock}:{w.batches}"))

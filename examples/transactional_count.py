@@ -77,7 +77,8 @@ class KeyedCount(BatchBolt):
         self.id, self.counts = batch_id, {}
 
     def execute(self, tup):
-        self.counts[tup["word"]] = self.counts.get(tup["word"], 0) + 1
+        w = tup["word"]
+        self.counts[w] = self.counts.get(w, 0) + 1
 
     def finish_batch(self):
         for w, n in self.counts.items():
@@ -92,7 +93,8 @@ class UpdateWordCounts(BatchBolt, Committer):
         self.values = ValueMap(_client(conf["redis.url"]), conf.get("count.key", "word-counts"))
 
     def execute(self, tup):
-        self.counts[tup["word"]] = self.counts.get(tup["word"], 0) + tup["count"]
+        w = tup["word"]
+        self.counts[w] = self.counts.get(w, 0) + tup["count"]
 
     def finish_batch(self):
         # Counts: added in Redis in one atomic call (a replay of this txid is skipped there).
