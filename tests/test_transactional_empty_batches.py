@@ -97,3 +97,32 @@ def test_an_opaque_replay_without_a_key_undoes_the_failed_attempts_write(redis_u
     assert client.exists("failed-after-writing")  # the fault fired
     assert int(client.get("reads:2")) >= 2  # and txid 2 was replayed, reading nothing
     assert _counts(client) == dict(Counter(WORDS))
+
+
+def test_a_commit_whose_reply_was_lost_is_not_replayed(redis_url, monkeypatch):
+    """Redis applies the coordinator's commit of txid 3, then the reply is lost (Redis killed
+    after applying it). Replaying the committed batch would bring its committers an empty batch
+    (the emitters skip a committed txid), and an opaque committer would undo what txid 3 wrote.
+    The coordinator reads the current txid back instead and goes on."""
+    from examples.redis_streams_count import fill
+    from state.transactional import TransactionalState
+    from topology_runtime.connectors import RedisStreamsTransactionalSpout
+
+    client = redis.Redis.from_url(redis_url)
+    streams = [f"lost-reply:{p}" for p in range(2)]
+    truth = fill(client, streams, 60, seed=3)
+    commit = TransactionalState.commit
+
+    def commit_then_lose_the_reply(self, txid, current):  # runs in the forked workers
+        commit(self, txid, current)
+        if txid == 3 and self.client.set("reply-lost", 1, nx=True):
+            raise redis.ConnectionError("injected: the commit was applied, its reply lost")
+    monkeypatch.setattr(TransactionalState, "commit", commit_then_lose_the_reply)
+    spout = RedisStreamsTransactionalSpout(streams, ["word"], max_entries=10, stop_when_drained=True)
+    with LocalCluster(workers=2) as cluster:
+        status = cluster.run("txlost", counting_topology(spout, "txlost", opaque=False,
+                                                         committer=UpdateOpaqueWordCounts()),
+                             {"redis.url": redis_url, **CONF}, timeout=120)
+    assert status.state == "completed", status.error
+    assert client.exists("reply-lost")  # the fault fired
+    assert _counts(client) == truth

@@ -48,6 +48,9 @@ class TxSpoutState:
         self.values[key] = self.pending[key] = value
 
 
+UNSURE_COMMIT_SECS = 60.0  # at least this long (twice the message timeout if longer) before giving up
+
+
 def is_final(record: dict | None, attempt: TransactionAttempt) -> bool:
     """The attempt's failure record says no retry can help (spouts.BatchCannotSucceed)."""
     return record is not None and record.get("attempt") == attempt.attempt_id and bool(record.get("final"))
@@ -72,6 +75,7 @@ class CoordinatorSpout(Spout):
     def __init__(self, spout: Any, tx_id: str | None) -> None:
         self.spout = spout
         self.tx_id = tx_id
+        self._unsure: tuple[TransactionAttempt, str, float] | None = None  # a commit whose recording raised
 
     def open(self, conf, context):
         self.context_id = context.component_id
@@ -191,6 +195,8 @@ class CoordinatorSpout(Spout):
                 self.emit([wire(e[1])], msg_id=wire(e[1]), stream=COMMIT_STREAM)
 
     def next_tuple(self):
+        if self._unsure is not None and not self._resolve_unsure():
+            return  # nothing moves until it is known whether that commit was recorded
         if not self.done and not self.machine.has_replays() and self._exhausted():
             self.done = True
             self._report(force=True)
@@ -218,13 +224,22 @@ class CoordinatorSpout(Spout):
                 else:  # the current txid moves on, and a committed batch never replays
                     self.state.commit(a.txid, a.txid + 1)
                     committed = True
-            except Exception as e:  # noqa: BLE001 - Redis lost, NotReplicated: not committed
-                self._failed(a, f"component {self.context_id!r}: the commit was not recorded: {type(e).__name__}: {e}")
+            except Exception as e:  # noqa: BLE001 - Redis lost, NotReplicated: maybe not committed
+                # The write may have landed with only its reply lost (Redis killed after applying
+                # it): replaying a committed batch would bring its committers an empty batch, and
+                # an opaque state would undo what it wrote. So it is read back first.
+                self._unsure = (a, f"component {self.context_id!r}: the commit was not recorded: "
+                                   f"{type(e).__name__}: {e}", time.monotonic())
+                log.warning("transactional %s: recording the commit of txid %d failed (%s: %s); reading the "
+                            "current txid back before going on", self.tx_id, a.txid, type(e).__name__, e)
                 return
             if not committed:
                 self._failed(a, f"component {self.context_id!r}: the batch continued after a stale attempt of "
                                 f"the batch before")
                 return
+        self._moved_on(a, tx)
+
+    def _moved_on(self, a: TransactionAttempt, tx: Any) -> None:
         before = self.machine.current_txid
         processed = tx is not None and tx.attempt == a and tx.status == PROCESSING
         out = self.machine.ack(a)
@@ -233,6 +248,31 @@ class CoordinatorSpout(Spout):
         elif self.machine.current_txid != before:
             self.progress.committed(a.txid, time.monotonic())
         self._emit(out)
+
+    def _resolve_unsure(self) -> bool:
+        """A commit whose recording raised: committed if the current txid moved past it (then
+        the machine moves on as after any commit), else failed and replayed. False while
+        Redis cannot tell (asked again on the next call)."""
+        a, reason, since = self._unsure
+        try:
+            cur = self.state.current_txid()
+        except Exception as e:  # noqa: BLE001 - still unreachable: try again on the next call
+            waited = time.monotonic() - since
+            if waited > max(UNSURE_COMMIT_SECS, 2 * float(self.timeout or 30)) and not self.done:
+                self.done = True
+                self.fail_run(f"transactional {self.tx_id}: whether the commit of txid {a.txid} was recorded "
+                              f"cannot be read: Redis unreachable for {waited:.0f} s ({type(e).__name__}: {e}); "
+                              "resubmit once Redis is back: the run resumes from what was committed")
+            time.sleep(0.05)
+            return False
+        self._unsure = None
+        if (cur or 1) > a.txid:
+            log.warning("transactional %s: the commit of txid %d was recorded after all (its reply was lost)",
+                        self.tx_id, a.txid)
+            self._moved_on(a, self.machine.active.get(a.txid))
+        else:
+            self._failed(a, reason)
+        return True
 
     def fail(self, msg_id):
         self._checked = float("-inf")
