@@ -144,6 +144,12 @@ def test_a_rescaled_keyed_count_restarts_exact_after_the_driver_dies(redis_url):
     assert counts_in_state(redis_url, name, "count") == truth
 
 
+def _committed_txid(client: redis.Redis, name: str) -> int:
+    from state.transactional import current_txid
+
+    return (current_txid(client, name) or 1) - 1
+
+
 def test_a_transactional_bolt_rescales_between_batches(redis_url):
     """A transactional topology's per-batch bolts take another number of tasks; the batches in
     flight replay on the new numbers and TransactionalValue keeps the counts exact."""
@@ -165,11 +171,14 @@ def test_a_transactional_bolt_rescales_between_batches(redis_url):
         run = cluster.submit("rs-tx", word_count(data, take=10, name="rs-tx"), conf)
         assert wait_for(lambda: client.exists("word-counts") and client.hlen("word-counts") > 0, 60)
         assert run.status().parallelism["count"] == 2
+        before = _committed_txid(client, "rs-tx")
         run.rebalance(parallelism={"count": 3}, timeout=2)
-        assert wait_for(lambda: run.status().parallelism["count"] == 3 and run.status().state == "running",
-                        60), run.status()
+        # Not "running with 3": the rest of the 200 batches takes well under a second.
+        assert wait_for(lambda: run.status().parallelism["count"] == 3, 60), run.status()
         status = run.wait(240)
     assert status.state == "completed", status.error
+    assert status.parallelism["count"] == 3
+    assert before < _committed_txid(client, "rs-tx")  # batches were left to run on 3 count tasks
     got = ValueMap(client, "word-counts").get(list(truth))
     assert {w: v.value for w, v in got.items()} == truth
 
