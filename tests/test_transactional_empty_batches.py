@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 import redis
 
 from examples.redis_streams_count import UpdateOpaqueWordCounts, counting_topology
@@ -126,3 +127,36 @@ def test_a_commit_whose_reply_was_lost_is_not_replayed(redis_url, monkeypatch):
     assert status.state == "completed", status.error
     assert client.exists("reply-lost")  # the fault fired
     assert _counts(client) == truth
+
+
+def test_a_commit_that_cannot_be_read_back_ends_the_run_failed_naming_the_txid(redis_url, monkeypatch):
+    """The commit's reply is lost and Redis then cannot say whether it landed: the coordinator
+    starts nothing meanwhile, and past its bound the run ends failed, naming the txid."""
+    from examples.redis_streams_count import fill
+    from state.transactional import TransactionalState
+    from topology_runtime.connectors import RedisStreamsTransactionalSpout
+    from topology_runtime.launchers.local import TopologyFailed
+    from topology_runtime.transactional import coordinator
+
+    client = redis.Redis.from_url(redis_url)
+    streams = [f"unreadable:{p}" for p in range(2)]
+    fill(client, streams, 60, seed=4)
+    commit, current = TransactionalState.commit, TransactionalState.current_txid
+
+    def commit_then_lose_the_reply(self, txid, cur):  # runs in the forked workers
+        commit(self, txid, cur)
+        if txid == 3 and self.client.set("reply-lost", 1, nx=True):
+            raise redis.ConnectionError("injected: the commit was applied, its reply lost")
+
+    def current_unreadable(self):
+        if self.client.exists("reply-lost"):
+            raise redis.ConnectionError("injected: Redis cannot be read")
+        return current(self)
+    monkeypatch.setattr(TransactionalState, "commit", commit_then_lose_the_reply)
+    monkeypatch.setattr(TransactionalState, "current_txid", current_unreadable)
+    monkeypatch.setattr(coordinator, "UNSURE_COMMIT_SECS", 0.5)
+    spout = RedisStreamsTransactionalSpout(streams, ["word"], max_entries=10, stop_when_drained=True)
+    with LocalCluster(workers=2) as cluster, \
+            pytest.raises(TopologyFailed, match="whether the commit of txid 3 was recorded cannot be read"):
+        cluster.run("txunread", counting_topology(spout, "txunread", opaque=False, committer=UpdateOpaqueWordCounts()),
+                    {"redis.url": redis_url, **CONF, "topology.message.timeout.secs": 1}, timeout=60)
