@@ -20,7 +20,9 @@ random.Random(42) from w0..w9999, split into words and every word counted. Rows:
   of 2 x 900 sentences' words, max.spout.pending 4), 2 workers; a committer task per count task
   (grouped on the word, as the count is: each count task's rows stay in its worker);
   transactional-1c: the same with one committer task (every count row crosses to it);
-  transactional-b3000: batches of 2 x 3,000 sentences' words (17 commits a run instead of 56).
+  transactional-b3000: batches of 2 x 3,000 sentences' words (17 commits a run instead of 56);
+  transactional-tw: no count bolt, two committer tasks grouped on the word count the spout's
+  words themselves and commit (Storm's TransactionalWords shape: one hop and no count rows).
 
 Every row is one child process (Pathway and Bytewax: bench/windowing.py's bench-only venv;
 ours: this venv) and is timed the same way: ``wall`` = child spawned -> the system's run done
@@ -58,16 +60,17 @@ from bench.throughput import WORDS_PER_SENTENCE, CountBolt, make_sentences  # no
 from bench.windowing import WORKLOAD_SRC, _free_ports, compare_python  # noqa: E402
 
 ROWS = ["pathway", "pathway-stream", "bytewax-1", "bytewax-2", "bytewax-1-rec", "bytewax-2-rec", "unacked",
-        "acked", "eo", "transactional", "transactional-1c", "transactional-b3000"]
+        "acked", "eo", "transactional", "transactional-1c", "transactional-b3000", "transactional-tw"]
 NAMES = {"pathway": "Pathway 0.33, static", "pathway-stream": "Pathway 0.33, streaming",
          "bytewax-1": "Bytewax 0.21.1", "bytewax-2": "Bytewax 0.21.1", "bytewax-1-rec": "Bytewax 0.21.1, recovery",
          "bytewax-2-rec": "Bytewax 0.21.1, recovery", "unacked": "ours, acking off", "acked": "ours, acking on",
          "eo": "ours, exactly-once stateful", "transactional": "ours, hand-written transactional",
          "transactional-1c": "ours, hand-written transactional, one committer task",
-         "transactional-b3000": "ours, hand-written transactional, 2 x 3,000-sentence batches"}
+         "transactional-b3000": "ours, hand-written transactional, 2 x 3,000-sentence batches",
+         "transactional-tw": "ours, hand-written transactional, the committer counts"}
 WORKERS = {"pathway": "2 threads", "pathway-stream": "2 threads", "bytewax-1": "1", "bytewax-2": "2 processes",
            "bytewax-1-rec": "1", "bytewax-2-rec": "2 processes"}
-OURS = ("unacked", "acked", "eo", "transactional", "transactional-1c", "transactional-b3000")
+OURS = ("unacked", "acked", "eo", "transactional", "transactional-1c", "transactional-b3000", "transactional-tw")
 TIMEOUT = 600  # s a run (--timeout)
 TX_BATCH = 900  # sentences per partition per batch (bench/trident.py's default)
 
@@ -288,7 +291,7 @@ def child_main(row: str, n: int, url: str, out: str) -> int:
 
         from state.values import ValueMap
 
-        r = run_transactional(w, url, 4, str(os.getpid()), 1 if row == "transactional-1c" else 2)
+        r = run_transactional(w, url, 4, str(os.getpid()), {"transactional-1c": 1, "transactional-tw": 0}.get(row, 2))
         done, steady = t + r["wall_secs"], w.window_words / r["words_per_sec"]
         got = ValueMap(redis.Redis.from_url(url), "word-counts").get(list(w.truth))
         counts = Counter({k: v.value for k, v in got.items() if v is not None})
@@ -362,7 +365,7 @@ def report(args, rows: list[str], runs: dict[str, list[dict]], loads: list[float
                      f"{fmt_ratio(top['words_per_sec_wall'], pw['words_per_sec_wall'] if pw else None)} | "
                      f"{fmt_ratio(top['steady_best'], pw['steady_best'] if pw else None)} | {counts} |")
     lines.append("")
-    for a, b in (("eo", "acked"), ("transactional", "eo"), ("transactional-1c", "eo"), ("transactional-b3000", "eo"),
+    for a, b in (("eo", "acked"), ("transactional", "eo"), ("transactional-1c", "eo"), ("transactional-b3000", "eo"), ("transactional-tw", "eo"),
                  ("unacked", base), ("acked", base), ("eo", base),
                  ("transactional", base)):
         if a in best and b in best and best[b]["steady_best"]:

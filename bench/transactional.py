@@ -30,13 +30,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import redis  # noqa: E402
 
 from bench.cpu_window import CpuSampler  # noqa: E402
-from examples.transactional_count import KeyedCount, UpdateWordCounts  # noqa: E402
+from examples.transactional_count import KeyedCount, KeyedCountUpdater, UpdateWordCounts  # noqa: E402
 from state.values import ValueMap  # noqa: E402
 from topology_runtime import LocalCluster  # noqa: E402
 from topology_runtime.transactional import MemoryTransactionalSpout, TransactionalTopologyBuilder  # noqa: E402
 
 
-class SlowSink(UpdateWordCounts):
+class _Clocked:
+    """Adds ``bench.commit.delay.ms`` to each commit and stamps the timed window's ends."""
+
     def finish_batch(self):
         time.sleep(float(self.delay_ms) / 1000.0)
         super().finish_batch()
@@ -52,11 +54,23 @@ class SlowSink(UpdateWordCounts):
         self.window = conf["bench.window"]
 
 
+class SlowSink(_Clocked, UpdateWordCounts):
+    pass
+
+
+class SlowCountingSink(_Clocked, KeyedCountUpdater):
+    pass
+
+
 def build(data, take, name, emitters, committers=1):
     """``committers`` 2: a committer task per count task, grouped on the same field, so each count
     task's rows go to the committer task beside it on its worker (the plan places task i of both
-    on the same worker) and the second hop never leaves the process."""
+    on the same worker) and the second hop never leaves the process. ``committers`` 0: no count
+    bolt; two committer tasks count the words themselves (Storm's TransactionalWords shape)."""
     b = TransactionalTopologyBuilder(name, "spout", MemoryTransactionalSpout(data, ["word"], take), emitters)
+    if committers == 0:
+        b.set_committer_bolt("update", SlowCountingSink(), 2).fields_grouping("spout", ["word"])
+        return b.create_topology()
     b.set_bolt("count", KeyedCount(), 2).fields_grouping("spout", ["word"])
     b.set_committer_bolt("update", SlowSink(), committers).fields_grouping("count", ["word"])
     return b.create_topology()

@@ -10,7 +10,7 @@ import signal
 import pytest
 import redis
 
-from examples.transactional_count import DATA, global_count, word_count
+from examples.transactional_count import DATA, counting_committer_word_count, global_count, word_count
 from state.transactional import current_txid
 from state.values import TransactionalValue, ValueMap
 from topology_runtime import LocalCluster
@@ -33,14 +33,15 @@ def test_seed_global_count_is_exact(redis_url, pending):
     assert got.value == 10 and got.txid >= 1
 
 
-def test_transactional_word_count_is_exact(redis_url, capfd):
+@pytest.mark.parametrize("shape", [word_count, counting_committer_word_count])
+def test_transactional_word_count_is_exact(redis_url, capfd, shape):
     data = _data(300)
     truth: dict[str, int] = {}
     for rows in data.values():
         for (w,) in rows:
             truth[w] = truth.get(w, 0) + 1
     with LocalCluster(workers=2) as cluster:
-        status = cluster.run("txwc", word_count(data, take=20, name="txwc"),
+        status = cluster.run("txwc", shape(data, take=20, name="txwc"),
                              {"redis.url": redis_url, "topology.max.spout.pending": 3,
                               "topology.transactional.progress.secs": 0.2}, timeout=120)
     assert status.state == "completed"
@@ -59,8 +60,8 @@ def test_transactional_word_count_is_exact(redis_url, capfd):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("victim", [0, 1])
-def test_killed_worker_replays_batches_without_double_counting(redis_url, victim):
+@pytest.mark.parametrize("victim,shape", [(0, word_count), (1, word_count), (1, counting_committer_word_count)])
+def test_killed_worker_replays_batches_without_double_counting(redis_url, victim, shape):
     data = _data(2000)
     truth: dict[str, int] = {}
     for rows in data.values():
@@ -69,7 +70,7 @@ def test_killed_worker_replays_batches_without_double_counting(redis_url, victim
     client = redis.Redis.from_url(redis_url)
     conf = {"redis.url": redis_url, "topology.max.spout.pending": 3, "topology.message.timeout.secs": 2}
     with LocalCluster(workers=2) as cluster:
-        run = cluster.submit("txkill", word_count(data, take=10, name="txkill"), conf)
+        run = cluster.submit("txkill", shape(data, take=10, name="txkill"), conf)
         assert wait_for(lambda: client.exists("word-counts") and client.hlen("word-counts") > 0, 60)
         os.kill(run.pids[victim], signal.SIGKILL)
         status = run.wait(240)
