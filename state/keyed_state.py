@@ -26,7 +26,7 @@ from . import fencing
 from .keygroups import key_hash
 from .keyvalue import KeyValueState
 from .layout import group_part
-from .redis_kv import _DELETED, _PLAIN, RedisKeyValueState, overlay_pending
+from .redis_kv import _DELETED, _PLAIN, RedisKeyValueState, ViewedState, overlay_pending
 from .replication import NO_WAIT, Replication
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ MEMO_KEYS = 65536  # str key -> part, as fields grouping remembers its str keys
 RESERVED_PREFIX = "__"
 
 
-class KeyGroupedState(KeyValueState):
+class KeyGroupedState(ViewedState, KeyValueState):
     """The state of task ``index`` of a keyed component: ``own`` plus one state per owned group."""
 
     def __init__(self, own: RedisKeyValueState, groups: Mapping[int, RedisKeyValueState], n_groups: int,
@@ -114,9 +114,9 @@ class KeyGroupedState(KeyValueState):
         for i, st in enumerate(self.parts):
             st.loaded(replies[2 * i], replies[2 * i + 1])
             view.update(st._view or {})  # noqa: SLF001 - the same layer's state
-            st._view = None  # noqa: SLF001 - the task's view is the one kept
-        self._view = overlay_pending(view, self._pending)
-        return self._view
+            st._set_view(None)  # noqa: SLF001 - the task's view is the one kept
+        self._set_view(overlay_pending(view, self._pending))
+        return view
 
     def get(self, key: Any, default: Any = None) -> Any:
         view = self._view
@@ -180,7 +180,7 @@ class KeyGroupedState(KeyValueState):
         for st in self.parts:
             st.rolled_back()
         self._pending = {}
-        self._view = None
+        self._set_view(None)
 
     @property
     def prepared_txid(self) -> int | None:

@@ -69,7 +69,22 @@ def overlay_pending(view: dict, pending: dict) -> dict:
 _PLAIN = frozenset((str, int, float, bool, bytes, type(None)))  # msgpack-able as they are (ints: range-checked)
 
 
-class RedisKeyValueState(KeyValueState):
+class ViewedState:
+    """A state read through one dict, its view (committed, prepared and pending entries), loaded
+    on first access. Loaded, ``get`` is the view's own ``dict.get``: no Python frame for a
+    stateful bolt's read once a tuple. Unloaded, the class's ``get``, which loads first."""
+
+    _view: dict | None
+
+    def _set_view(self, view: dict | None) -> None:
+        self._view = view
+        if view is None:
+            self.__dict__.pop("get", None)
+        else:
+            self.get = view.get
+
+
+class RedisKeyValueState(ViewedState, KeyValueState):
     def __init__(self, client: redis.Redis, topology_id: str, component: str, index: int,
                  replication: Replication = NO_WAIT, token: int | None = None,
                  key_serializer: Serializer | None = None, value_serializer: Serializer | None = None,
@@ -124,7 +139,7 @@ class RedisKeyValueState(KeyValueState):
                     view.pop(lk(k), None)
                 else:
                     view[lk(k)] = lv(v)
-            self._view = overlay_pending(view, self._pending)
+            self._set_view(overlay_pending(view, self._pending))
 
     def get(self, key: Any, default: Any = None) -> Any:
         view = self._view
@@ -203,7 +218,7 @@ class RedisKeyValueState(KeyValueState):
 
     def rolled_back(self) -> None:
         self._pending = {}
-        self._view = None  # back to the committed data, reloaded on next access
+        self._set_view(None)  # back to the committed data, reloaded on next access
         self.prepared_txid = None
 
     def _run(self, command: tuple) -> None:
