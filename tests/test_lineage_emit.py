@@ -4,6 +4,8 @@ in the caller naming the component, stream and field, sending nothing."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from topology_runtime import BasicBolt, Bolt, Spout, Stream, TopologyBuilder, TopologyContext
@@ -13,6 +15,7 @@ from topology_runtime.transport.wire import WireTypeError
 from topology_runtime.worker import routing
 from topology_runtime.worker.bolt_executor import BoltExecutor
 from topology_runtime.worker.executor_base import EmitError
+from topology_runtime.worker.inspection import Inspection
 from topology_runtime.worker.port import WorkerPort
 
 
@@ -80,3 +83,15 @@ def test_a_bad_emit_raises_naming_the_fault_and_sends_nothing(split, emit, error
         emit(bolt)
     assert all(n in str(e.value) for n in names), str(e.value)
     assert delivered == [] and ex.stats.emitted == 0
+
+
+def test_tuple_sampling_sees_an_exactly_once_bolts_emits_and_lets_go_at_the_expiry(split):
+    bolt, ex, delivered, _ = split
+    insp = Inspection([ex])
+    insp.apply({}, {"component": "split", "percent": 100, "until": time.time() + 60})
+    bolt.emit(["sampled", 1])
+    assert [s["values"] for s in insp.take_samples()] == [repr(["sampled", 1])]
+    insp.tick(time.time() + 61)
+    bolt.emit(["after", 2])
+    assert insp.take_samples() == []
+    assert [m[1] for m in delivered] == [["sampled", 1], ["after", 2]] and ex.stats.emitted == 2

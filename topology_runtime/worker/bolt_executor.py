@@ -84,6 +84,7 @@ class BoltExecutor(BaseExecutor):
         """``emit`` in exactly-once mode, the per-tuple path in one frame: the scalar check and
         ``_send_lineage`` inline (two calls fewer a tuple); anything else takes the full checks."""
         me, stats, deliver, route_of, merge = self.task, self.stats, self.port.deliver, self._route, _merged_roots
+        own_send = self._send  # replaced while tuple sampling wraps it (worker/inspection.py)
 
         def emit(values, anchors=None, stream: str = DEFAULT_STREAM) -> list[int]:
             route = self.routes.get(stream)
@@ -101,6 +102,10 @@ class BoltExecutor(BaseExecutor):
             else:
                 values = check_values(values, fields, self.component, stream)
             targets = route.targets(values)
+            send = self._send
+            if send is not own_send:  # sampled: through the wrapper, which sends as _send_lineage
+                send(route, values, targets, anchors)
+                return targets
             stats.emitted += 1
             if anchors is None:
                 anchors = self.current
