@@ -51,9 +51,10 @@ class BoltExecutor(BaseExecutor):
         # What an input's ack and fail do: acker trees, or (exactly-once) lineage only.
         self._ack_in, self._fail_in, reset = self.ack, self.fail, self.reset_timeout
         self.ack_counts_only = port.exactly_once
+        # The send an emit ends in, kept on the instance (tuple sampling swaps it and back).
+        self._send = self._send_lineage if port.exactly_once else self._send  # type: ignore[method-assign]
+        self.emit = self._one_frame_emit()  # type: ignore[method-assign]
         if port.exactly_once:
-            self._send = self._send_lineage  # type: ignore[method-assign]
-            self.emit = self._lineage_emit()  # type: ignore[method-assign]
             self._ack_in, self._fail_in, reset = self._count_ack, self._fail_lineage, _ignore_ack
         # Bind the collector methods on the instance: user calls skip a frame.
         instance.emit = self.emit
@@ -72,19 +73,21 @@ class BoltExecutor(BaseExecutor):
 
     # --- collector -------------------------------------------------------------------------
     def emit(self, values, anchors=None, stream: str = DEFAULT_STREAM) -> list[int]:
+        """What ``_one_frame_emit`` does, in steps (the instance's ``emit`` is that closure)."""
         route = self.routes.get(stream)
-        if route is None or route.direct:  # the per-tuple path skips a call; _route raises, naming the fault
+        if route is None or route.direct:
             route = self._route(stream, False)
         values = check_values(values, route.fields, self.component, stream)
         targets = route.targets(values)
         self._send(route, values, targets, anchors)
         return targets
 
-    def _lineage_emit(self) -> Callable[..., list[int]]:
-        """``emit`` in exactly-once mode, the per-tuple path in one frame: the scalar check and
-        ``_send_lineage`` inline (two calls fewer a tuple); anything else takes the full checks."""
+    def _one_frame_emit(self) -> Callable[..., list[int]]:
+        """``emit``, its common cases in one frame: the scalar check and the send (lineage, or one
+        anchor in one tree) inline, two calls fewer a tuple. Anything else takes the full check
+        or ``_send``, and so does every emit while tuple sampling wraps ``_send``."""
         me, stats, deliver, route_of, merge = self.task, self.stats, self.port.deliver, self._route, _merged_roots
-        own_send = self._send  # replaced while tuple sampling wraps it (worker/inspection.py)
+        lineage, tracking, own_send = self.port.exactly_once, self.tracking, self._send
 
         def emit(values, anchors=None, stream: str = DEFAULT_STREAM) -> list[int]:
             route = self.routes.get(stream)
@@ -103,21 +106,34 @@ class BoltExecutor(BaseExecutor):
                 values = check_values(values, fields, self.component, stream)
             targets = route.targets(values)
             send = self._send
-            if send is not own_send:  # sampled: through the wrapper, which sends as _send_lineage
+            if send is not own_send:  # sampled: through the wrapper, which then sends as ours
+                send(route, values, targets, anchors)
+                return targets
+            if anchors is None:
+                anchors = self.current  # BasicBolt: auto-anchor to the input
+            info = route.info
+            if lineage:
+                if anchors is None:
+                    out = None
+                elif type(anchors) is Tuple:
+                    out = anchors.anchors or None
+                else:
+                    out = merge(anchors)
+                for t in targets:
+                    deliver(t, values, info, me, out)
+            elif anchors is None or not tracking:
+                for t in targets:
+                    deliver(t, values, info, me, None)
+            elif type(anchors) is Tuple and anchors.anchors and len(anchors.anchors) == 1:
+                (root,) = anchors.anchors  # the common case: one anchor in one tree
+                for t in targets:
+                    edge = getrandbits(64)
+                    anchors.out_ack_val ^= edge
+                    deliver(t, values, info, me, {root: edge})
+            else:
                 send(route, values, targets, anchors)
                 return targets
             stats.emitted += 1
-            if anchors is None:
-                anchors = self.current
-            if anchors is None:
-                out = None
-            elif type(anchors) is Tuple:
-                out = anchors.anchors or None
-            else:
-                out = merge(anchors)
-            info = route.info
-            for t in targets:
-                deliver(t, values, info, me, out)
             return targets
         return emit
 
