@@ -1,6 +1,7 @@
-"""A bolt's emit in exactly-once mode (its own per-tuple path: lineage instead of acker edges):
-the output carries its inputs' spout roots, goes where the grouping says, and a bad emit raises
-in the caller naming the component, stream and field, sending nothing."""
+"""A bolt's emit, whose common cases run in one frame (worker/bolt_executor.py): in exactly-once
+mode an output carries its inputs' spout roots, acked it gets a new edge in each input's tree;
+either way it goes where the grouping says, tuple sampling sees it, and a bad emit raises in the
+caller naming the component, stream and field, sending nothing."""
 
 from __future__ import annotations
 
@@ -95,3 +96,46 @@ def test_tuple_sampling_sees_an_exactly_once_bolts_emits_and_lets_go_at_the_expi
     bolt.emit(["after", 2])
     assert insp.take_samples() == []
     assert [m[1] for m in delivered] == [["sampled", 1], ["after", 2]] and ex.stats.emitted == 2
+
+
+@pytest.fixture
+def acked_split(split):
+    """The same bolt with acking on (acker trees: each output gets a fresh edge id)."""
+    _, ex, _, plan = split
+    delivered: list = []
+    port = WorkerPort(deliver=lambda *m: delivered.append(m), enqueue=None, record_error=None, run_off_loop=None,
+                      barrier_done=None, exactly_once_failure=None, preferred_acker_slot=lambda: 0, n_ackers=1,
+                      streams=plan.streams, exactly_once=False)
+    bolt = Split()
+    acked = BoltExecutor(port, ex.task, "split", bolt, ex.routes, basic=True)
+    return bolt, acked, delivered, plan
+
+
+def test_acked_an_output_gets_a_new_edge_in_each_input_tree_and_the_input_records_it(acked_split):
+    bolt, ex, delivered, plan = acked_split
+    info = plan.streams[0]
+    one, two = Tuple(["a b"], info, 1, {101: 7}), Tuple(["c"], info, 1, {202: 9})
+    ex.current = one  # a BasicBolt's input: the default anchor
+    bolt.emit(["w1", 3])
+    bolt.emit(["w2", 4])
+    (root, e1), (_, e2) = (next(iter(m[4].items())) for m in delivered)
+    assert root == 101 and e1 != e2 and one.out_ack_val == e1 ^ e2  # XOR of its children's edges
+    ex.current = None
+    bolt.emit(["w3", 1], anchors=[one, two])  # several inputs: a new edge in each one's tree
+    edges = delivered[2][4]
+    assert set(edges) == {101, 202} and one.out_ack_val == e1 ^ e2 ^ edges[101] and two.out_ack_val == edges[202]
+    bolt.emit(["w4", 1])  # unanchored: no tree
+    bolt.emit(["w5", 1], anchors=Tuple(["x"], info, 1, None))  # an input in no tree
+    assert delivered[3][4] is None and delivered[4][4] is None and ex.stats.emitted == 5
+
+
+def test_acked_tuple_sampling_sees_the_emits(acked_split):
+    bolt, ex, delivered, plan = acked_split
+    insp = Inspection([ex])
+    insp.apply({}, {"component": "split", "percent": 100, "until": time.time() + 60})
+    ex.current = Tuple(["a b"], plan.streams[0], 1, {101: 7})
+    bolt.emit(["sampled", 1])
+    assert [s["values"] for s in insp.take_samples()] == [repr(["sampled", 1])]
+    insp.tick(time.time() + 61)
+    bolt.emit(["after", 2])
+    assert insp.take_samples() == [] and len(delivered) == 2 and all(m[4] for m in delivered)
