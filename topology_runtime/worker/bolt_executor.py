@@ -51,8 +51,10 @@ class BoltExecutor(BaseExecutor):
         # What an input's ack and fail do: acker trees, or (exactly-once) lineage only.
         self._ack_in, self._fail_in, reset = self.ack, self.fail, self.reset_timeout
         self.ack_counts_only = port.exactly_once
-        # The send an emit ends in, kept on the instance (tuple sampling swaps it and back).
+        # The send an emit ends in, kept on the instance (tuple sampling swaps it and back, and
+        # says so in ``send_wrapped``: a plain attribute, cheaper a tuple than comparing sends).
         self._send = self._send_lineage if port.exactly_once else self._send  # type: ignore[method-assign]
+        self.send_wrapped = False
         self.emit = self._one_frame_emit()  # type: ignore[method-assign]
         if port.exactly_once:
             self._ack_in, self._fail_in, reset = self._count_ack, self._fail_lineage, _ignore_ack
@@ -87,7 +89,7 @@ class BoltExecutor(BaseExecutor):
         anchor in one tree) inline, two calls fewer a tuple. Anything else takes the full check
         or ``_send``, and so does every emit while tuple sampling wraps ``_send``."""
         me, stats, deliver, route_of, merge = self.task, self.stats, self.port.deliver, self._route, _merged_roots
-        lineage, tracking, own_send = self.port.exactly_once, self.tracking, self._send
+        lineage, tracking = self.port.exactly_once, self.tracking
 
         def emit(values, anchors=None, stream: str = DEFAULT_STREAM) -> list[int]:
             route = self.routes.get(stream)
@@ -105,9 +107,8 @@ class BoltExecutor(BaseExecutor):
             else:
                 values = check_values(values, fields, self.component, stream)
             targets = route.targets(values)
-            send = self._send
-            if send is not own_send:  # sampled: through the wrapper, which then sends as ours
-                send(route, values, targets, anchors)
+            if self.send_wrapped:  # sampled: through the wrapper, which then sends as ours
+                self._send(route, values, targets, anchors)
                 return targets
             if anchors is None:
                 anchors = self.current  # BasicBolt: auto-anchor to the input
@@ -131,7 +132,7 @@ class BoltExecutor(BaseExecutor):
                     anchors.out_ack_val ^= edge
                     deliver(t, values, info, me, {root: edge})
             else:
-                send(route, values, targets, anchors)
+                self._send(route, values, targets, anchors)
                 return targets
             stats.emitted += 1
             return targets

@@ -72,7 +72,8 @@ class Inspection:
             if own is None:
                 del ex._send  # the class's method again
             else:
-                ex._send = own  # the send the executor set itself (an exactly-once bolt's)
+                ex._send = own  # the send the executor set itself (a bolt's)
+            ex.send_wrapped = False
         self._wrapped = []
         self.sample = dict(req)
         if not req or time.time() >= float(req.get("until", 0)):
@@ -82,6 +83,7 @@ class Inspection:
             if ex.component == req.get("component"):
                 self._wrapped.append((ex, vars(ex).get("_send")))
                 ex._send = self._sampler(ex, ex._send, share)
+                ex.send_wrapped = True  # a bolt's one-frame emit then goes through _send
 
     def _sampler(self, ex: Any, send: Any, share: float) -> Any:
         rnd, samples, component, task = random.random, self.samples, ex.component, ex.task
