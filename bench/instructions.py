@@ -11,7 +11,11 @@ process, in the commit's own tree (a ``git worktree``), without workers or socke
 * emit: a BasicBolt's ``emit([word])`` while executing an anchored input, fields grouping onto 2
   tasks (the split bolt of the word count); ``deliver`` is a no-op;
 * count: ``BoltExecutor.process`` of a bolt that reads and writes a Redis-backed state (the
-  view loaded once) and acks (the count bolt of the word count).
+  view loaded once) and acks (the count bolt of the word count);
+* pipeline: a word's whole way through worker 0 of the 2-worker word count, figures a word:
+  the sentence delivered to the split, split, emit, local delivery and the queue drain, the
+  batch to worker 1 (packed) and as many words back (unpacked, queued), the count (a dict)
+  and its automatic ack; acked, also the acker (a real one, local) and the spout's outcomes.
 
 Each is run in ``eo`` (exactly-once: lineage, an ack only counts) and ``acked`` mode. The figure
 is (instructions at 3 rounds - at 1 round) / (2 x N): start-up cancels out. Needs valgrind. The
@@ -83,6 +87,110 @@ if path == "emit":
     for _ in range(rounds):
         for w in words:
             emit([w])
+elif path == "pipeline":
+    # The word count's worker 0 of 2: the split and one count task here, the other count task on
+    # worker 1. Its tuples leave in batches; worker 1's split sends as many back for the count
+    # here, through the same unpack and queueing as a real batch (the words of this worker's
+    # own batches, readdressed). Acked: the acker messages go to a real acker here (this
+    # worker's spout's roots), its outcomes to a spout stand-in.
+    import collections, gc, types
+    from topology_runtime.transport.sockets import pack, unpack
+    from topology_runtime.worker import delivery
+    from topology_runtime.worker.acker_executor import AckerExecutor
+    from topology_runtime.worker.acker_routing import AckerRouting
+    from topology_runtime.worker.worker import Worker
+
+    class Counting(BasicBolt):
+        outputs = ["word", "count"]
+
+        def __init__(self):
+            self.counts = {}
+
+        def execute(self, tup):
+            w = tup.values[0]
+            self.counts[w] = self.counts.get(w, 0) + 1
+
+    class Stand:  # what the send path, the batch path and the drain read of a worker; a spout
+        pass
+
+    plan2 = build_plan(b.create_topology(), {"topology.acker.executors": 1}, workers=2)
+    split_task = plan2.component_tasks["split"][0]
+    here = plan2.task_worker[split_task]
+    local = set(plan2.tasks_of_worker(here))
+    (count_here,) = [t for t in plan2.component_tasks["count"] if t in local]
+    src_task = plan2.component_tasks["src"][0]
+    fw = Stand()
+    fw.queue, fw.completed_calls = collections.deque(), collections.deque()
+    fw.local_bolts, fw.outbox, fw.task_worker, fw.streams = {}, {}, plan2.task_worker, plan2.streams
+    fw.priority_sids = fw.checkpoint_sids = fw.chunk_sids = fw.send_now_sids = fw.special_sids = frozenset()
+    fw.batch_size, fw.dequeued, fw.recv_batches, fw.misrouted = 100, 0, 0, 0
+    spout = Stand()
+    spout.done = 0
+
+    def on_outcome(kind, root):
+        spout.done += 1
+    spout.on_outcome = on_outcome
+    acker = AckerExecutor(1000)
+    fw.acking = AckerRouting([1000], {1000: acker}, {src_task: spout}, plan2.task_worker, fw.outbox)
+    sent = []
+
+    def send_peer(w):
+        ob = fw.outbox.pop(w, None)
+        if ob:
+            sent.append(pack([here, *ob]))
+    fw._send_peer, fw._run_completions = send_peer, lambda: None
+
+    def flush(*_):  # the worker's acker flush (Worker._flush), without the sockets
+        port = fw.port
+        inits, port.inits = port.inits, []
+        acks, port.acks = port.acks, {}
+        fw.acking.apply(inits, [(r, v) for r, v in acks.items() if v], [], [])
+    fw._stay_responsive = flush
+    deliver = delivery.make_deliver(fw)
+    fw.port = port = WorkerPort(deliver=deliver, enqueue=None, record_error=None, run_off_loop=None, barrier_done=None,
+                                exactly_once_failure=None, preferred_acker_slot=lambda: 0, n_ackers=1,
+                                streams=plan2.streams, exactly_once=mode == "eo")
+    for t in sorted(local):
+        comp = plan2.task_component[t]
+        if comp not in ("split", "count"):
+            continue
+        c = TopologyContext(t, comp, plan2.task_index(t), plan2.component_tasks, topology=plan2.topology)
+        bolt = Counting() if comp == "count" else Split()
+        if comp == "split":
+            bolt.execute = lambda tup, b=bolt: [b.emit([w]) for w in tup.values[0].split()]
+        fw.local_bolts[t] = BoltExecutor(port, t, comp, bolt, routing.build_routes(plan2, comp, t, local, c),
+                                         basic=True)
+    drain = types.MethodType(Worker._drain_queue, fw)
+    handle_batch = types.MethodType(Worker._handle_batch, fw)
+    src_info = next(s for s in plan2.streams if s.component == "src" and s.stream == "default")
+    sentences = [" ".join(words[i:i + 10]) for i in range(0, n, 10)]
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 100)  # as a worker runs (worker.py)
+    acked = mode == "acked"
+    root = 0
+    for _ in range(rounds):
+        back = []
+        for i, s in enumerate(sentences):
+            root += 1
+            edge = root * 2654435761 & 0xFFFFFFFFFFFF
+            if acked:
+                port.inits.append((root, edge, src_task))
+            deliver(split_task, [s], src_info, src_task, {root: 0 if mode == "eo" else edge})
+            if not i % 64 or i == len(sentences) - 1:
+                while fw.queue:
+                    drain()
+                flush()
+                send_peer(1 - here)
+                # worker 1's words for the count here: this worker's own, readdressed; their
+                # acks XOR the same edges, so each tree completes once both halves are acked
+                back += [pack([1 - here, [(count_here, *d[1:]) for d in unpack(p)[1]], [], {}, [], [], []])
+                         for p in sent]
+                sent.clear()
+        for p in back:
+            handle_batch(p)
+            drain()
+        flush()
 else:
     import redis
     from state import RedisKeyValueState
@@ -118,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--revs", required=True, help="commits, comma-separated (the first is the base of the ratios)")
     p.add_argument("--tuples", type=int, default=50_000, help="tuples a round")
+    p.add_argument("--paths", default="emit,count,pipeline", help="which paths (default: all three)")
     p.add_argument("--redis", default=None, help="a Redis for the count path (default: the project's)")
     args = p.parse_args(argv)
     url = args.redis
@@ -137,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
                            capture_output=True)
             trees.append(tree)
         try:
-            for path in ("emit", "count"):
+            for path in args.paths.split(","):
                 for mode in ("eo", "acked"):
                     row = table[(path, mode)] = []
                     for name, tree in zip(names, trees):
