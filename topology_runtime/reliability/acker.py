@@ -6,6 +6,7 @@ to the spout task it names. ``tick`` is called every ``topology.message.timeout.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from .rotating_map import RotatingMap
@@ -68,6 +69,40 @@ class Acker:
         e = self._entry(root, refresh=False)
         e.val ^= ack_val
         return self._decide(root, e)
+
+    def init_all(self, inits: Iterable[tuple[int, int, int]]) -> list[AckOutcome]:
+        """``init`` for each (root, value, spout task) in turn, in one call: the outcomes."""
+        out = []
+        pending = self.pending
+        get = pending.get
+        for root, val, spout_task in inits:
+            e = get(root)
+            if e is None:
+                e = _Entry()
+                pending.put(root, e)
+            e.val ^= val
+            e.spout_task = spout_task
+            if e.val == 0 or e.failed:  # as _decide, the spout task now known
+                pending.remove(root)
+                out.append(AckOutcome(ACK if e.val == 0 else FAIL, spout_task, root))
+        return out
+
+    def ack_all(self, acks: Iterable[tuple[int, int]]) -> list[AckOutcome]:
+        """``ack`` for each (root, value) in turn, in one call (a worker's XOR-combined acks
+        for this acker): the outcomes."""
+        out = []
+        pending = self.pending
+        get = pending.get
+        for root, val in acks:
+            e = get(root)
+            if e is None:
+                e = _Entry()
+                pending.put(root, e)
+            e.val ^= val
+            if e.spout_task >= 0 and (e.val == 0 or e.failed):  # as _decide
+                pending.remove(root)
+                out.append(AckOutcome(ACK if e.val == 0 else FAIL, e.spout_task, root))
+        return out
 
     def fail(self, root: int) -> AckOutcome | None:
         e = self._entry(root, refresh=True)

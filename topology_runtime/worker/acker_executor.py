@@ -24,6 +24,14 @@ class AckerExecutor:
         self.stats.executed += 1
         return self.acker.ack(root, val)
 
+    def apply_inits(self, inits: list[tuple[int, int, int]]) -> list[AckOutcome]:
+        self.stats.executed += len(inits)
+        return self.acker.init_all(inits)
+
+    def apply_acks(self, acks: list[tuple[int, int]]) -> list[AckOutcome]:
+        self.stats.executed += len(acks)
+        return self.acker.ack_all(acks)
+
     def apply_fail(self, root: int) -> AckOutcome | None:
         self.stats.executed += 1
         return self.acker.fail(root)

@@ -58,20 +58,42 @@ class AckerRouting:
         elif spout_task in self.task_worker:
             self._outbox_for_task(spout_task)[OUTCOMES].append((spout_task, FAIL, root))
 
+    def _by_acker(self, msgs: Iterable) -> dict[int, list]:
+        """Messages (root first) by the acker task that owns their root, in order."""
+        tasks, n = self.acker_tasks, self.n_ackers
+        if not msgs:
+            return {}
+        if n == 1:
+            return {tasks[0]: msgs if type(msgs) is list else list(msgs)}
+        out: dict[int, list] = {}
+        for m in msgs:
+            task = tasks[m[0] % n]
+            batch = out.get(task)
+            if batch is None:
+                out[task] = [m]
+            else:
+                batch.append(m)
+        return out
+
     def apply(self, inits: Iterable, acks: Iterable, fails: Iterable, resets: Iterable) -> None:
+        # Inits and acks (a tuple tree's every message) go to each acker as one list: one call
+        # a batch, not a handful a message. Fails and resets are rare: one at a time.
+        if inits:
+            for task, batch in self._by_acker(inits).items():
+                ex = self.local_ackers.get(task)
+                if ex is None:
+                    self._outbox_for_task(task)[INIT].extend(batch)
+                else:
+                    for outcome in ex.apply_inits(batch):
+                        self._outcome(ex, outcome)
+        for task, batch in self._by_acker(acks).items():
+            ex = self.local_ackers.get(task)
+            if ex is None:
+                self._outbox_for_task(task)[ACKS].extend(batch)
+            else:
+                for outcome in ex.apply_acks(batch):
+                    self._outcome(ex, outcome)
         acker_for = self._acker_for
-        for root, val, st in inits:
-            ex, task = acker_for(root)
-            if ex is None:
-                self._outbox_for_task(task)[INIT].append((root, val, st))
-            else:
-                self._outcome(ex, ex.apply_init(root, val, st))
-        for root, val in acks:
-            ex, task = acker_for(root)
-            if ex is None:
-                self._outbox_for_task(task)[ACKS].append((root, val))
-            else:
-                self._outcome(ex, ex.apply_ack(root, val))
         for root in fails:
             ex, task = acker_for(root)
             if ex is None:
