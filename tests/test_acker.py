@@ -370,3 +370,30 @@ def test_random_dags_with_one_failed_tuple_fail_its_roots(seed):
         for _ in range(TIMEOUT_BUCKET_NUM):
             assert a.tick() >= 0
         assert len(a) == 0
+
+
+def _deliver_in_lists(acker: Acker, msgs: list[tuple]) -> list[AckOutcome]:
+    """As a worker applies a batch: consecutive inits as one ``init_all``, consecutive acks as
+    one ``ack_all``, fails one by one."""
+    outs: list[AckOutcome] = []
+    for kind, group in itertools.groupby(msgs, key=lambda m: m[0]):
+        args = [m[1:] for m in group]
+        if kind == "init":
+            outs += acker.init_all(args)
+        elif kind == "ack":
+            outs += acker.ack_all(args)
+        else:
+            outs += [o for o in (acker.fail(*a) for a in args) if o is not None]
+    return outs
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_inits_and_acks_as_lists_decide_as_one_by_one(seed):
+    rng = random.Random(2000 + seed)
+    msgs, _, _ = _simulate(rng, n_roots=rng.randrange(1, 12), fail_one=seed % 2 == 1)
+    rng.shuffle(msgs)
+    one, listed = Acker(), Acker()
+    singles = [o for _, o in _deliver([one], msgs)]
+    assert _deliver_in_lists(listed, msgs) == singles
+    assert {r: (e.val, e.spout_task, e.failed) for r, e in listed.pending.items()} == \
+        {r: (e.val, e.spout_task, e.failed) for r, e in one.pending.items()}

@@ -99,9 +99,10 @@ class Acker:
                 e = _Entry()
                 pending.put(root, e)
             e.val ^= val
-            if e.spout_task >= 0 and (e.val == 0 or e.failed):  # as _decide
+            # as _decide: a failed entry whose spout task is known is gone already
+            if e.val == 0 and e.spout_task >= 0:
                 pending.remove(root)
-                out.append(AckOutcome(ACK if e.val == 0 else FAIL, e.spout_task, root))
+                out.append(AckOutcome(ACK, e.spout_task, root))
         return out
 
     def fail(self, root: int) -> AckOutcome | None:
