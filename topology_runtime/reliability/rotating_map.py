@@ -10,26 +10,29 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+_MISSING = object()  # a stored None is a value like any other
+
 
 class RotatingMap:
-    __slots__ = ("_buckets", "_on_expire")
+    __slots__ = ("_buckets", "_older", "_on_expire")
 
     def __init__(self, num_buckets: int, on_expire: Callable[[Any, Any], None] | None = None) -> None:
         if num_buckets < 2:
             raise ValueError("RotatingMap needs at least 2 buckets")
         self._buckets: list[dict] = [{} for _ in range(num_buckets)]
+        self._older = self._buckets[1:]  # every bucket but the head: put clears the key there
         self._on_expire = on_expire
 
     def put(self, key: Any, value: Any) -> None:
-        buckets = self._buckets
-        buckets[0][key] = value
-        for b in buckets[1:]:
+        self._buckets[0][key] = value
+        for b in self._older:
             b.pop(key, None)
 
     def get(self, key: Any, default: Any = None) -> Any:
         for b in self._buckets:
-            if key in b:
-                return b[key]
+            v = b.get(key, _MISSING)
+            if v is not _MISSING:
+                return v
         return default
 
     def __contains__(self, key: Any) -> bool:
@@ -40,8 +43,9 @@ class RotatingMap:
 
     def remove(self, key: Any, default: Any = None) -> Any:
         for b in self._buckets:
-            if key in b:
-                return b.pop(key)
+            v = b.pop(key, _MISSING)
+            if v is not _MISSING:
+                return v
         return default
 
     def __len__(self) -> int:
@@ -55,6 +59,7 @@ class RotatingMap:
         """Drop the oldest bucket; return (and report to on_expire) its entries."""
         dead = self._buckets.pop()
         self._buckets.insert(0, {})
+        self._older = self._buckets[1:]
         if self._on_expire is not None:
             for k, v in dead.items():
                 self._on_expire(k, v)
