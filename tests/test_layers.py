@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,42 @@ def test_api_and_reliability_load_no_io(module):
     heavy = {"zmq", "redis", "pyspark", "msgpack", "socket", "topology_runtime.launchers",
              "topology_runtime.launchers.local", "topology_runtime.worker", "topology_runtime.transport.sockets"}
     assert not loaded & heavy, f"importing {module} loads {sorted(loaded & heavy)}"
+
+
+def test_a_local_run_without_redis_never_loads_redis():
+    # redis-py with OpenTelemetry takes 0.15-0.25 s to import: a LocalCluster run that uses no
+    # Redis (acking, no state) must not pay it in its start-up.
+    code = textwrap.dedent("""
+        from topology_runtime import BasicBolt, LocalCluster, Spout, TopologyBuilder
+
+        class Once(Spout):
+            outputs = ["n"]
+
+            def open(self, conf, context):
+                self.todo = list(range(20))
+
+            def next_tuple(self):
+                if self.todo:
+                    n = self.todo.pop()
+                    self.emit([n], msg_id=n)
+                else:
+                    self.finish()
+
+        class Pass(BasicBolt):
+            outputs = ["n"]
+
+            def execute(self, tup):
+                self.emit([tup[0]])
+
+        b = TopologyBuilder()
+        b.set_spout("s", Once())
+        b.set_bolt("p", Pass(), 2).shuffle_grouping("s")
+        with LocalCluster(workers=2) as cluster:
+            status = cluster.run("no-redis", b.create_topology(), {}, timeout=60)
+        assert status.state == "completed" and status.components["s"].acked == 20, status
+    """)
+    loaded = _loaded_after(code)
+    assert "redis" not in loaded, "a LocalCluster run without Redis loaded redis"
 
 
 def test_reliability_modules_import_no_io_library():

@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from state.layout import ctl_key
 
-from .control_plane import ControlPlane
+if TYPE_CHECKING:
+    from .control_plane import ControlPlane
 
 SAMPLES_KEPT = 1000  # the samples stream is capped near this many entries
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")

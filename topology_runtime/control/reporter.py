@@ -9,14 +9,14 @@ import logging
 import sys
 import time
 from collections.abc import Callable
-from typing import TextIO
-
-import redis
+from typing import TYPE_CHECKING, TextIO
 
 from ..api.status import RunStatus
 from ..supervisor.run_supervisor import RunSupervisor
 from . import inspection
-from .control_plane import ControlPlane, LeaseLost
+
+if TYPE_CHECKING:  # a run without a control plane (LocalCluster's default) never loads redis
+    from .control_plane import ControlPlane
 
 log = logging.getLogger("topology.driver")
 
@@ -84,6 +84,15 @@ class RunReporter:
                  rebalancer: Callable[[int | None, float | None, dict[str, int]], str | None] | None = None) -> None:
         self.sup = sup
         self.control = control
+        # What the control plane's calls raise: nothing to catch without one (and no import).
+        self._lease_lost: type[Exception] | tuple = ()
+        self._redis_error: type[Exception] | tuple = ()
+        if control is not None:
+            import redis
+
+            from .control_plane import LeaseLost
+
+            self._lease_lost, self._redis_error = LeaseLost, redis.RedisError
         self.token = token
         self.progress_interval = progress_interval
         self.out = out or sys.stdout
@@ -126,9 +135,9 @@ class RunReporter:
                 if self._redis_down_since is not None:
                     log.warning("control plane: Redis reachable again after %.1fs", now - self._redis_down_since)
                     self._redis_down_since = None
-            except LeaseLost as e:
+            except self._lease_lost as e:
                 self._fenced_off(e)
-            except redis.RedisError as e:
+            except self._redis_error as e:
                 if self._redis_down_since is None:
                     self._redis_down_since = now
                     log.warning("control plane: Redis unreachable (%s); the run goes on, retrying", e)
@@ -162,7 +171,7 @@ class RunReporter:
             assert self.control is not None
             record_failure(self.control.redis, self.sup.name, name, refused)
 
-    def _fenced_off(self, e: LeaseLost) -> None:
+    def _fenced_off(self, e: Exception) -> None:
         """A newer run of this id owns the records: write nothing more, end this run."""
         if not self.fenced:
             self.fenced = True
@@ -177,10 +186,10 @@ class RunReporter:
                 try:
                     self.control.finish(self.sup.name, self.token, status, self.sup.workers_info())
                     break
-                except LeaseLost as e:
+                except self._lease_lost as e:
                     self._fenced_off(e)
                     break
-                except redis.RedisError as e:
+                except self._redis_error as e:
                     log.warning("control plane: could not record the final status (%s); retrying", e)
                     time.sleep(0.5 * (attempt + 1))
         if self.progress_interval is not None:

@@ -10,6 +10,7 @@ refused naming the component and one key (state/namespaces.py), and the run goes
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from state import namespaces
 from state.namespaces import ALLOW_DROPPED_KEY, StateComponents
@@ -17,7 +18,9 @@ from state.providers import MEMORY, PROVIDER_KEY, is_redis_based
 
 from ..api.builder import TopologyError
 from ..plan.planner import Plan, replan, rescale
-from .control_plane import ControlPlane
+
+if TYPE_CHECKING:  # a run without Redis (LocalCluster's default) never loads redis
+    from .control_plane import ControlPlane
 
 
 def state_components(plan: Plan) -> StateComponents:
