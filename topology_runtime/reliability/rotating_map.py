@@ -49,7 +49,7 @@ class RotatingMap:
         return default
 
     def __len__(self) -> int:
-        return sum(len(b) for b in self._buckets)
+        return sum(map(len, self._buckets))  # no generator frame: a spout asks once a next_tuple
 
     def items(self) -> Iterator[tuple[Any, Any]]:
         for b in self._buckets:
