@@ -124,9 +124,6 @@ class KeyGroupedState(ViewedState, KeyValueState):
             view = self._load()
         return view.get(key, default)
 
-    def check_entry(self, key: Any, value: Any) -> None:
-        self.own.check_entry(key, value)
-
     def put(self, key: Any, value: Any) -> None:
         if self._custom or type(key) not in _PLAIN or type(value) not in _PLAIN or (
                 type(value) is int and not -(2**63) <= value < 2**64):
@@ -163,7 +160,7 @@ class KeyGroupedState(ViewedState, KeyValueState):
         for k, v in self._pending.items():
             st = self.part_of(k)
             st._pending[k] = v  # noqa: SLF001 - handed to its slot, serialized by its prepare
-        self._pending.clear()
+        self._pending = {}
         parts = [self.own, *(st for st in self.groups.values() if st._pending)]  # noqa: SLF001
         self._pipelined(parts, [st.prepare_command(txid) for st in parts])
         for st in parts:
@@ -182,7 +179,7 @@ class KeyGroupedState(ViewedState, KeyValueState):
         self._pipelined(parts, [st.rollback_command() for st in parts])
         for st in self.parts:
             st.rolled_back()
-        self._pending.clear()
+        self._pending = {}
         self._set_view(None)
 
     @property

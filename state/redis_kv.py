@@ -13,7 +13,7 @@ values go through msgpack unless ``key_serializer`` / ``value_serializer`` are g
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import redis
@@ -71,36 +71,17 @@ _PLAIN = frozenset((str, int, float, bool, bytes, type(None)))  # msgpack-able a
 
 class ViewedState:
     """A state read through one dict, its view (committed, prepared and pending entries), loaded
-    on first access. Loaded, ``get`` is the view's own ``dict.get`` (no Python frame for a
-    stateful bolt's read once a tuple) and ``put`` a closure over the view and the pending
-    writes (no attribute reads). Unloaded, the class's methods, which load first."""
+    on first access. Loaded, ``get`` is the view's own ``dict.get``: no Python frame for a
+    stateful bolt's read once a tuple. Unloaded, the class's ``get``, which loads first."""
 
     _view: dict | None
-    _pending: dict  # cleared in place, never replaced: the loaded ``put`` holds it
-    _custom: bool
-
-    def check_entry(self, key: Any, value: Any) -> None:
-        raise NotImplementedError
 
     def _set_view(self, view: dict | None) -> None:
         self._view = view
         if view is None:
             self.__dict__.pop("get", None)
-            self.__dict__.pop("put", None)
         else:
             self.get = view.get
-            self.put = self._loaded_put(view)
-
-    def _loaded_put(self, view: dict) -> Callable[[Any, Any], None]:
-        pending, custom, check, plain = self._pending, self._custom, self.check_entry, _PLAIN
-
-        def put(key: Any, value: Any) -> None:
-            if custom or type(key) not in plain or type(value) not in plain or (
-                    type(value) is int and not -(2**63) <= value < 2**64):
-                check(key, value)
-            pending[key] = value
-            view[key] = value
-        return put
 
 
 class RedisKeyValueState(ViewedState, KeyValueState):
@@ -218,7 +199,7 @@ class RedisKeyValueState(ViewedState, KeyValueState):
         return fencing.fenced(commands, self.k_txid, self.token)
 
     def prepared(self, txid: int) -> None:
-        self._pending.clear()
+        self._pending = {}
         self.prepared_txid = txid
 
     def commit_command(self, txid: int) -> tuple:
@@ -236,7 +217,7 @@ class RedisKeyValueState(ViewedState, KeyValueState):
         return ("EVAL", ROLLBACK_SCRIPT, len(keys), *keys, *args)
 
     def rolled_back(self) -> None:
-        self._pending.clear()
+        self._pending = {}
         self._set_view(None)  # back to the committed data, reloaded on next access
         self.prepared_txid = None
 
