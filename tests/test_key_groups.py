@@ -164,3 +164,33 @@ def test_the_number_of_key_groups_is_a_checked_setting():
 def test_the_runtimes_own_keys_never_go_to_a_key_group(redis_client):
     st = _open(redis_client, "kg-reserved", 0, 1)  # one task: it owns every group
     assert st.part_of("__window") is st.own and st.part_of("w1") is not st.own
+
+
+@pytest.mark.parametrize("kind", ["keyed", "plain"])
+def test_writes_after_each_checkpoint_commit_in_the_next(redis_client, kind):
+    """A write after a prepare belongs to the next checkpoint; a rollback drops what was not
+    prepared and committed."""
+    from state import RedisKeyValueState
+
+    name = f"kg-after-{kind}"
+
+    def fresh():
+        if kind == "keyed":
+            return _open(redis_client, name, 0, 1)
+        return RedisKeyValueState(redis_client, name, "count", 0)
+
+    st = fresh()
+    st.put("a", 1)
+    st.prepare_commit(1)
+    st.commit(1)
+    st.put("b", 2)
+    st.prepare_commit(2)
+    st.put("c", 3)  # after a prepare, before its commit: the next checkpoint's
+    st.commit(2)
+    st.put("d", 4)
+    st.rollback()  # drops d (never prepared) and c (not prepared yet)
+    st.put("e", 5)
+    st.prepare_commit(3)
+    st.commit(3)
+    again = fresh()
+    assert {k: again.get(k) for k in "abcde"} == {"a": 1, "b": 2, "c": None, "d": None, "e": 5}
