@@ -5,10 +5,10 @@ batched for that acker's worker. Runs per batch of acker messages, on the worker
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..reliability import FAIL
+from ..reliability import FAIL, AckOutcome
 from .acker_executor import AckerExecutor
 
 # Indices of the sections of a batch between workers.
@@ -75,24 +75,21 @@ class AckerRouting:
                 batch.append(m)
         return out
 
+    def _to_ackers(self, msgs: Iterable, section: int,
+                   apply: Callable[[AckerExecutor, list], list[AckOutcome]]) -> None:
+        for task, batch in self._by_acker(msgs).items():
+            ex = self.local_ackers.get(task)
+            if ex is None:
+                self._outbox_for_task(task)[section].extend(batch)
+            else:
+                for outcome in apply(ex, batch):
+                    self._outcome(ex, outcome)
+
     def apply(self, inits: Iterable, acks: Iterable, fails: Iterable, resets: Iterable) -> None:
         # Inits and acks (a tuple tree's every message) go to each acker as one list: one call
         # a batch, not a handful a message. Fails and resets are rare: one at a time.
-        if inits:
-            for task, batch in self._by_acker(inits).items():
-                ex = self.local_ackers.get(task)
-                if ex is None:
-                    self._outbox_for_task(task)[INIT].extend(batch)
-                else:
-                    for outcome in ex.apply_inits(batch):
-                        self._outcome(ex, outcome)
-        for task, batch in self._by_acker(acks).items():
-            ex = self.local_ackers.get(task)
-            if ex is None:
-                self._outbox_for_task(task)[ACKS].extend(batch)
-            else:
-                for outcome in ex.apply_acks(batch):
-                    self._outcome(ex, outcome)
+        self._to_ackers(inits, INIT, AckerExecutor.apply_inits)
+        self._to_ackers(acks, ACKS, AckerExecutor.apply_acks)
         acker_for = self._acker_for
         for root in fails:
             ex, task = acker_for(root)
