@@ -16,14 +16,6 @@ class AckerExecutor:
         self.acker = Acker()
         self.stats = TaskStats()
 
-    def apply_init(self, root: int, val: int, spout_task: int) -> AckOutcome | None:
-        self.stats.executed += 1
-        return self.acker.init(root, val, spout_task)
-
-    def apply_ack(self, root: int, val: int) -> AckOutcome | None:
-        self.stats.executed += 1
-        return self.acker.ack(root, val)
-
     def apply_inits(self, inits: list[tuple[int, int, int]]) -> list[AckOutcome]:
         self.stats.executed += len(inits)
         return self.acker.init_all(inits)
