@@ -502,7 +502,7 @@ def run_exactly_once(sentences: list[str], url: str) -> dict:
 
     committed = sum(counts_in_state(url, "bench-eo", "count").values())
     return {"words_per_sec": round(words / (last - first)), "words_per_sec_to_end": round(words / (end - first)),
-            "startup_secs": round(first - t0, 2), "restarts": status.restarts, "state": status.state,
+            "startup_secs": round(first - t0, 2), "end": end, "restarts": status.restarts, "state": status.state,
             "counted_ok": committed == words}
 
 

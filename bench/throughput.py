@@ -170,7 +170,8 @@ def run_variant(launcher: str, sentences: list[str], workers: int, acking: bool,
         status = cluster.run(name, build(sentences, workers, rate / workers if rate else None, count_bolt), conf,
                              timeout=1800)
         phases = startup_phases(cluster.runs[name].log(), t0) if launcher != "local" else {}
-    wall = time.time() - t0
+    end = time.time()
+    wall = end - t0
     marks = [json.loads(p.read_text()) for p in Path(outdir).glob("spout-*")]
     counts = [json.loads(p.read_text()) for p in Path(outdir).glob("count-*")]
     counted = sum(c["total"] for c in counts)
@@ -181,7 +182,7 @@ def run_variant(launcher: str, sentences: list[str], workers: int, acking: bool,
     s = status.components["sentences"]
     return {
         "launcher": launcher, "workers": workers, "acking": acking, "paced": rate,
-        "wall_secs": round(wall, 3), "words_per_sec_wall": round(words / wall),
+        "wall_secs": round(wall, 3), "words_per_sec_wall": round(words / wall), "end": end,
         "words_per_sec": round(words / max(1e-9, last - first)),
         "startup_secs": round(first - t0, 3), **phases,
         "p50_ms": s.complete_latency_p50_ms if acking else None,

@@ -187,10 +187,11 @@ def run_transactional(w: Workload, url: str, pending: int, tag: str, committers:
     t0 = time.time()
     with LocalCluster(workers=WORKERS) as cluster:
         status = cluster.run(name, build_transactional(w.word_rows, take, name, PARTITIONS, committers), conf, timeout=1800)
-    wall = time.time() - t0
+    end = time.time()
+    wall = end - t0
     got = ValueMap(client, "word-counts").get(list(w.truth))
     w0, w1 = float(client.get(f"{clock}:1")), float(client.get(f"{clock}:{w.batches}"))
-    return {"words_per_sec": round(w.window_words / (w1 - w0)), "wall_secs": round(wall, 2),
+    return {"words_per_sec": round(w.window_words / (w1 - w0)), "wall_secs": round(wall, 2), "end": end,
             "state": status.state, "counted_ok": {k: v.value for k, v in got.items()} == w.truth,
             "window": [w0, w1], "window_words": w.window_words}
 
