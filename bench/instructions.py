@@ -124,6 +124,7 @@ elif path == "pipeline":
     fw.local_bolts, fw.outbox, fw.task_worker, fw.streams = {}, {}, plan2.task_worker, plan2.streams
     fw.priority_sids = fw.checkpoint_sids = fw.chunk_sids = fw.send_now_sids = fw.special_sids = frozenset()
     fw.batch_size, fw.dequeued, fw.recv_batches, fw.misrouted = 100, 0, 0, 0
+    fw.outbox_tuples = {}  # per peer: tuples in its next batch (where the code counts them)
     spout = Stand()
     spout.done = 0
 
@@ -136,6 +137,7 @@ elif path == "pipeline":
 
     def send_peer(w):
         ob = fw.outbox.pop(w, None)
+        fw.outbox_tuples.pop(w, None)
         if ob:
             sent.append(pack([here, *ob]))
     fw._send_peer, fw._run_completions = send_peer, lambda: None
@@ -184,7 +186,7 @@ elif path == "pipeline":
                 send_peer(1 - here)
                 # worker 1's words for the count here: this worker's own, readdressed; their
                 # acks XOR the same edges, so each tree completes once both halves are acked
-                back += [pack([1 - here, [(count_here, *d[1:]) for d in unpack(p)[1]], [], {}, [], [], []])
+                back += [pack([1 - here, [[count_here, *d[1:]] for d in unpack(p)[1]], [], {}, [], [], []])
                          for p in sent]
                 sent.clear()
         for p in back:
