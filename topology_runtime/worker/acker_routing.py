@@ -10,13 +10,11 @@ from typing import Any
 
 from ..reliability import FAIL, AckOutcome
 from .acker_executor import AckerExecutor
-
-# Indices of the sections of a batch between workers.
-DATA, INIT, ACKS, FAILS, RESETS, OUTCOMES = range(6)
+from .batches import ACKS, FAILS, INIT, OUTCOMES, RESETS, new_batch
 
 
 class AckerRouting:
-    """Shares the worker's outbox (worker index -> the six sections of its next batch)."""
+    """Shares the worker's outbox (worker index -> its next batch, ``new_batch``)."""
 
     def __init__(self, acker_tasks: list[int], local_ackers: dict[int, AckerExecutor], local_spouts: dict[int, Any],
                  task_worker: dict[int, int], outbox: dict[int, list[list]]) -> None:
@@ -35,7 +33,7 @@ class AckerRouting:
         w = self.task_worker[task]
         ob = self.outbox.get(w)
         if ob is None:
-            ob = self.outbox[w] = [[], [], [], [], [], []]
+            ob = self.outbox[w] = new_batch()
         return ob
 
     def _outcome(self, ex: AckerExecutor, outcome: Any) -> None:

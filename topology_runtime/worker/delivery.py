@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..api.components import Tuple
-from .acker_routing import DATA
+from .batches import DATA, TUPLES, new_batch
 from .port import Deliver
 
 
@@ -45,9 +45,15 @@ def make_deliver(worker: Any) -> Deliver:
         w = task_worker[task]
         ob = outbox_of(w)
         if ob is None:
-            ob = outbox[w] = [[], [], [], [], [], []]
+            ob = outbox[w] = new_batch()
         data = ob[DATA]
-        data.append((task, src, info.sid, values, anchors))
-        if len(data) >= batch_size or info.sid in send_now:
+        sid = info.sid
+        if data and (run := data[-1])[0] == task and run[1] == src and run[2] == sid:
+            run[3].append(values)
+            run[4].append(anchors)
+        else:
+            data.append([task, src, sid, [values], [anchors]])
+        n = ob[TUPLES] = ob[TUPLES] + 1
+        if n >= batch_size or sid in send_now:
             send_peer(w)  # leaves now, not after this iteration's queue drain
     return deliver

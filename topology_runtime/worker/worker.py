@@ -26,6 +26,7 @@ from ..transport.messages import ProbeReply
 from ..transport.sockets import ControlClient, DataTransport, pack, transport_encryption, unpack
 from .acker_executor import AckerExecutor
 from .acker_routing import AckerRouting
+from .batches import DATA, INIT, TUPLES, halves
 from .bolt_executor import BoltExecutor
 from .checkpoints import ExactlyOnceWorker
 from .control_channel import WorkerControl
@@ -420,20 +421,23 @@ class Worker:
             bolts = self.local_bolts
             special, checkpoint = self.special_sids, self.checkpoint_sids
             first = None
-            for task, src, sid, values, anchors in data:
+            append = q.append
+            for task, src, sid, values_of, anchors_of in data:
                 ex = bolts.get(task)
                 if ex is None:
-                    self.misrouted += 1
+                    self.misrouted += len(values_of)
                     continue
+                info = streams[sid]
                 if sid in special:
                     if sid in checkpoint:
-                        q.append((ex.checkpoint_handler, Tuple(values, streams[sid], src, anchors)))
+                        ex = ex.checkpoint_handler
+                    else:
+                        if first is None:
+                            first = []
+                        first.extend((ex, Tuple(v, info, src, a)) for v, a in zip(values_of, anchors_of))
                         continue
-                    if first is None:
-                        first = []
-                    first.append((ex, Tuple(values, streams[sid], src, anchors)))
-                else:
-                    q.append((ex, Tuple(values, streams[sid], src, anchors)))
+                for v, a in zip(values_of, anchors_of):
+                    append((ex, Tuple(v, info, src, a)))
             if first:
                 q.extendleft(reversed(first))  # ahead of the queued data, in their own order
         if inits or acks or fails or resets:
@@ -459,18 +463,18 @@ class Worker:
 
     def _send_peer(self, w: int) -> None:
         ob = self.outbox.pop(w, None)
-        if ob is None or not any(ob):
+        if ob is None or not any(ob[:TUPLES]):
             return
-        payload = pack([self.index, *ob])
-        if len(payload) > self.transport.max_bytes and (len(ob[0]) > 1 or (ob[0] and any(ob[1:]))):
+        payload = pack([self.index, *ob[:TUPLES]])
+        tuples = ob[TUPLES]
+        if len(payload) > self.transport.max_bytes and (tuples > 1 or (tuples and any(ob[INIT:TUPLES]))):
             # Over the message cap (large tuples): two halves in order, acker messages with the
             # first; a single tuple goes alone. Only a single tuple over the cap is refused
             # (transport.send says why): what rode with it must not go down with it.
-            half = len(ob[0]) // 2
-            self.outbox[w] = [ob[0][:half], *ob[1:]]
-            self._send_peer(w)
-            self.outbox[w] = [ob[0][half:], [], [], [], [], []]
-            self._send_peer(w)
+            for i, runs in enumerate(halves(ob[DATA])):
+                half = self.outbox[w] = [runs, *ob[INIT:TUPLES], 0] if i == 0 else [runs, [], [], [], [], [], 0]
+                half[TUPLES] = sum(len(run[3]) for run in runs)
+                self._send_peer(w)
             return
         if self.transport.send(w, payload):
             self.sent_batches += 1  # a refused one is not awaited by a bounded run's end
