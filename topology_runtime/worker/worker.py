@@ -14,6 +14,7 @@ import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 import zmq
@@ -421,7 +422,7 @@ class Worker:
             bolts = self.local_bolts
             special, checkpoint = self.special_sids, self.checkpoint_sids
             first = None
-            append = q.append
+            extend = q.extend
             for task, src, sid, values_of, anchors_of in data:
                 ex = bolts.get(task)
                 if ex is None:
@@ -436,8 +437,8 @@ class Worker:
                             first = []
                         first.extend((ex, Tuple(v, info, src, a)) for v, a in zip(values_of, anchors_of))
                         continue
-                for v, a in zip(values_of, anchors_of):
-                    append((ex, Tuple(v, info, src, a)))
+                n = len(values_of)  # the run's tuples, built and queued without a Python loop
+                extend(zip(repeat(ex, n), map(Tuple, values_of, repeat(info, n), repeat(src, n), anchors_of)))
             if first:
                 q.extendleft(reversed(first))  # ahead of the queued data, in their own order
         if inits or acks or fails or resets:
