@@ -82,6 +82,32 @@ def test_row_router_checks_the_head_once_and_refuses_a_bad_row_value():
         BoltExecutor.row_router(Ex(), "default", object())  # the head, checked once up front
 
 
+def test_row_router_on_a_fields_grouping_routes_each_row_as_router_routes_its_values():
+    """With a fields grouping on a field of the row, rows are routed without building
+    ``[head, *row]``: the same tasks as the whole values get, the same refusals."""
+    from topology_runtime.api.builder import FIELDS
+    from topology_runtime.worker import routing
+
+    pick = routing.make_picker(FIELDS, [11, 12, 13], (1,), set(), 0)
+
+    class Route:
+        fields = ["id", "word", "n"]
+        targets = staticmethod(pick)
+
+    class Ex:
+        component = "count"
+
+        def _route(self, stream, direct):
+            return Route
+
+    head = [5, 77]
+    targets = BoltExecutor.row_router(Ex(), "default", head)
+    rows = [(f"w{i}", i) for i in range(500)] + [(i, None) for i in range(50)] + [(["n", 1], 2)]
+    assert [targets(r) for r in rows] == [pick([head, *r]) for r in rows]
+    with pytest.raises(WireTypeError, match="component 'count' stream 'default' field 'word'"):
+        targets([{1, 2}, 1])
+
+
 class Split(BatchBolt):
     """Emits one tuple per input while executing (not at finish): chunks fill mid-batch."""
 

@@ -18,7 +18,7 @@ from ..reliability.lineage import spout_task_of
 from ..transport.wire import INT_MAX, INT_MIN, check_values
 from .executor_base import BaseExecutor, EmitError
 from .port import WorkerPort
-from .routing import Route
+from .routing import Route, row_picker
 
 _SAMPLE_MASK = 31  # time one execute in 32 (Storm samples too)
 
@@ -173,9 +173,9 @@ class BoltExecutor(BaseExecutor):
         fields, pick, component = route.fields, route.targets, self.component
         check_values([head, *([None] * (len(fields) - 1))], fields, component, stream)
         n = len(fields) - 1
+        by_row = row_picker(pick, 1)  # a fields grouping on a key in the row: no [head, *row]
 
         def targets(row) -> list[int]:
-            values = [head, *row]
             if len(row) == n:  # scalars pass here; anything else gets check_values' full check and message
                 for v in row:
                     t = type(v)
@@ -185,8 +185,8 @@ class BoltExecutor(BaseExecutor):
                         continue
                     break
                 else:
-                    return pick(values)
-            return pick(check_values(values, fields, component, stream))
+                    return by_row(row) if by_row is not None else pick([head, *row])
+            return pick(check_values([head, *row], fields, component, stream))
         return targets
 
     def chunk_emitter(self, stream: str) -> Callable[[int, list, list], None]:

@@ -17,6 +17,14 @@ from ..transport.wire import field_hash
 
 Picker = Callable[[list], list]
 FIELDS_MEMO_KEYS = 65536
+ROW_PICKER = "row_picker"  # a fields picker's attribute: ``row_picker(skip)``, see fields_picker
+
+
+def row_picker(targets: Picker, skip: int) -> Picker | None:
+    """``targets`` for a row holding the values after the first ``skip`` (without building the
+    whole values), if ``targets`` is a fields grouping whose key is in the row; else None."""
+    make = getattr(targets, ROW_PICKER, None)
+    return make(skip) if make is not None else None
 
 
 def _cycle(tasks: list[int], seed: int) -> Callable[[], int]:
@@ -67,16 +75,27 @@ def fields_picker(tasks: list[int], field_idx: tuple[int, ...], key_groups: int 
     (i,) = field_idx
     memo: dict[str, int] = {}  # str key -> task: the hash is the hot path of a keyed stream
 
-    def pick(values: list) -> list[int]:
-        v = values[i]
-        if type(v) is str:  # only str: equal keys of other types may hash differently (1, 1.0)
-            t = memo.get(v)
-            if t is None:
-                if len(memo) >= FIELDS_MEMO_KEYS:
-                    memo.clear()  # bounded: a stream of ever-new keys costs a rehash, no memory
-                t = memo[v] = task_of(field_hash(values, field_idx))
-            return [t]
-        return [task_of(field_hash(values, field_idx))]
+    def keyed_at(j: int) -> Picker:
+        """The picker of a list whose key is at position ``j``: ``values`` (j = i) or a row of
+        the values after a head (j = i - 1). One memo for both: the same key, the same task."""
+        at = (j,)
+
+        def pick(values: list) -> list[int]:
+            v = values[j]
+            if type(v) is str:  # only str: equal keys of other types may hash differently (1, 1.0)
+                t = memo.get(v)
+                if t is None:
+                    if len(memo) >= FIELDS_MEMO_KEYS:
+                        memo.clear()  # bounded: a stream of ever-new keys costs a rehash, no memory
+                    t = memo[v] = task_of(field_hash(values, at))
+                return [t]
+            return [task_of(field_hash(values, at))]
+        return pick
+
+    pick = keyed_at(i)
+    # For a row without the head of its values (a transactional chunk's rows): the same choice
+    # without building [head, *row] per row. None when the key is in the head.
+    setattr(pick, ROW_PICKER, lambda skip: keyed_at(i - skip) if i >= skip else None)
     return pick
 
 
