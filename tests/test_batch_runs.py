@@ -122,6 +122,8 @@ def test_a_batch_over_the_cap_splits_in_order_by_runs_or_a_lone_run_by_its_tuple
     first, second = halves([lone])
     assert first == [[10, 3, 1, lone[3][:2], lone[4][:2]]] and second == [[10, 3, 1, lone[3][2:], lone[4][2:]]]
     assert halves([]) == ([], [])
+    one = [[10, 3, 1, [["w"]], [None]]]
+    assert halves(one) == ([], one)  # a single tuple is not split into an empty run and itself
 
 
 def test_a_new_batch_has_six_empty_sections_and_no_tuples():

@@ -28,4 +28,6 @@ def halves(data: list[list]) -> tuple[list[list], list[list]]:
         return [], []
     task, src, sid, values, anchors = data[0]
     half = len(values) // 2
+    if not half:  # a single tuple: it goes alone, the acker sections ride with an empty half
+        return [], data
     return [[task, src, sid, values[:half], anchors[:half]]], [[task, src, sid, values[half:], anchors[half:]]]
